@@ -1,0 +1,701 @@
+"""Credit assignment: advantage estimators as pure, jittable functions.
+
+Every function takes arrays and Python scalars and returns arrays; all are
+jit/vmap/grad-safe, keep static shapes, and never produce NaN or inf for finite
+input (constant groups, singleton groups, all-masked rows give exactly 0).
+
+Three levels (DESIGN.md, "Credit assignment"):
+
+- Token level: `gae`, `discounted_returns`, `reinforce_pp` run over the tokens
+  where `loss_mask` is true and pass straight through the others (prompt, tool
+  observations, padding): an unmasked token neither discounts nor resets the
+  trace. Equivalently, the result equals the estimator applied to the
+  compressed sequence of masked tokens (observation tokens deleted), with the
+  rewards of unmasked tokens added to the preceding masked token.
+- Step level: `step_gae`, `step_discounted_returns` run the same recurrences over
+  turns; `step_values_from_token_values` and `broadcast_step_advantages` move
+  between tokens and turns.
+- Outcome level: `grpo`, `dr_grpo`, `rloo`, `reinforce_pp_baseline` over groups
+  given as integer ids (segment ops with a static `num_groups`; groups need
+  not be contiguous, ordered or of equal size).
+
+Linear recurrences x_t = a_t x_{t+1} + b_t are solved by a serial `lax.scan`
+(`method="serial"`, depth T) or by `lax.associative_scan`
+(`method="associative"`, depth O(log T)), or by a two-level scan
+(`method="chunked"`: scan inside chunks of about sqrt(T) positions, vectorized
+over the chunks, then over the chunk boundaries; fastest on CPU, see
+docs/benchmarks_advantages.md); all agree to float32 rounding.
+
+Standard-deviation convention: all group and whitening statistics use the
+unbiased estimator (ddof=1, Bessel's correction), as `torch.std` does by default
+and therefore verl (`compute_grpo_outcome_advantage`, `masked_whiten`) and TRL
+(`GRPOTrainer`); we keep it so advantages match those stacks numerically.
+"""
+
+from __future__ import annotations
+
+import numbers
+import types
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxrl_agent.checks import check_choice, check_shape
+
+Array = jax.Array
+METHODS = ("serial", "associative", "chunked")
+_SCAN_UNROLL = 8  # serial scan unroll; see docs/benchmarks_advantages.md
+
+
+# ----------------------------------------------------------------------------
+# Argument checks.
+
+
+def _check_unit_interval(name: str, value: Any) -> None:
+    """Raises ValueError if a Python/NumPy scalar lies outside [0, 1]."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not 0.0 <= float(value) <= 1.0:
+            raise ValueError(f"{name}: expected a value in [0, 1], got {value!r}")
+
+
+def _float_dtype(*xs: Any) -> Any:
+    return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
+
+
+def _boundary(bootstrap_value, truncated, dims, dtype) -> Array:
+    """[B] value of the state after the last masked position (0 when terminal)."""
+    b = dims["B"]
+    if bootstrap_value is None:
+        if truncated is not None:
+            raise ValueError(
+                "truncated: given without bootstrap_value; truncated episodes bootstrap "
+                "from bootstrap_value [B] (pass zeros if no row is truncated)"
+            )
+        return jnp.zeros((b,), dtype)
+    check_shape("bootstrap_value", bootstrap_value, ("B",), dims)
+    boot = jnp.asarray(bootstrap_value, dtype)
+    if truncated is None:
+        return boot
+    check_shape("truncated", truncated, ("B",), dims)
+    return jnp.where(jnp.asarray(truncated, bool), boot, jnp.zeros_like(boot))
+
+
+# ----------------------------------------------------------------------------
+# Reverse first-order linear recurrences.
+
+
+def _reverse_linear_recurrence(a: Array, b: Array, init: Array, method: str) -> Array:
+    """Solves x_t = a_t * x_{t+1} + b_t for t = T-1 .. 0 with x_T = init.
+
+    a, b: [B, T]; init: [B]. Returns x: [B, T].
+    "associative" composes the affine maps (a, b) with lax.associative_scan:
+    (a_t, b_t) o (a_s, b_s) = (a_t a_s, a_t b_s + b_t), depth O(log T).
+    """
+    if method == "serial":
+        def body(x_next, ab):
+            a_t, b_t = ab
+            x_t = a_t * x_next + b_t
+            return x_t, x_t
+
+        _, xs = lax.scan(body, init, (a.T, b.T), reverse=True, unroll=_SCAN_UNROLL)
+        return xs.T
+    b = b.at[:, -1].add(a[:, -1] * init)
+
+    def combine(later, earlier):  # reverse=True: the first argument is later in time
+        a_l, b_l = later
+        a_e, b_e = earlier
+        return a_e * a_l, a_e * b_l + b_e
+
+    _, x = lax.associative_scan(combine, (a, b), reverse=True, axis=1)
+    return x
+
+
+def _next_is_masked(m: Array) -> Array:
+    """[B, T] bool: m_{t+1}, with a virtual masked position at T (the bootstrap)."""
+    return jnp.concatenate([m[:, 1:], jnp.ones_like(m[:, :1])], axis=1)
+
+
+def _chunk_size(t: int) -> int:
+    """Power of two near sqrt(T/2): minimizes the 2*C + T/C scan steps."""
+    c = 1
+    while c * c * 2 < t:
+        c *= 2
+    return c
+
+
+def _gae_chunked(r, v, m, init, gamma, gamma_lambda):
+    """Two-level GAE (x, w recurrences of `_gae`), same arithmetic as "serial".
+
+    1. Per chunk of C positions, compose the affine per-step maps of the state
+       (w, x) (w: value at the first masked position >= t, x: the trace) into one
+       map from the chunk's end state to its start state (scan over C, vectorized
+       over B * NC chunks; no per-position output).
+    2. Scan over the NC chunks to get each chunk's end state.
+    3. Re-run the per-step recurrence inside every chunk from its end state.
+    Rows are left-padded to NC * C with unmasked zero-reward positions, which
+    the (reverse) recurrence never reads.
+    """
+    b, t = r.shape
+    c = _chunk_size(t)
+    nc = -(-t // c)
+    pad = nc * c - t
+    if pad:
+        r, v = (jnp.pad(x, ((0, 0), (pad, 0))) for x in (r, v))
+        m = jnp.pad(m, ((0, 0), (pad, 0)))
+    dtype = r.dtype
+
+    def to_chunks(x):  # [B, NC * C] -> [C, B * NC], time-major inside chunks
+        return x.reshape(b, nc, c).transpose(2, 0, 1).reshape(c, b * nc)
+
+    xs = tuple(to_chunks(x) for x in (r, v, m))
+    first = m.reshape(b, nc, c)[:, :, 0]  # m_{t+1} after each chunk's last position
+    m_after = jnp.concatenate([first[:, 1:], jnp.ones((b, 1), bool)], axis=1).reshape(b * nc)
+    one, zero = jnp.ones((b * nc,), dtype), jnp.zeros((b * nc,), dtype)
+
+    def summarize(carry, inp):  # w_t = aw w_E + bw;  x_t = ax x_E + gx w_E + dx
+        aw, bw, ax, gx, dx, m_next = carry
+        r_t, v_t, m_t = inp
+        a_t = jnp.where(m_next, gamma_lambda, 1.0)
+        g_t = jnp.where(m_t, gamma, 0.0)
+        d_t = r_t - jnp.where(m_t, v_t, 0.0)
+        return (jnp.where(m_t, 0.0, aw), jnp.where(m_t, v_t, bw), a_t * ax,
+                a_t * gx + g_t * aw, a_t * dx + g_t * bw + d_t, m_t), None
+
+    (aw, bw, ax, gx, dx, _), _ = lax.scan(summarize, (one, zero, one, zero, zero, m_after), xs,
+                                          reverse=True, unroll=_SCAN_UNROLL)
+
+    def propagate(state, coeffs):
+        w_e, x_e = state
+        aw, bw, ax, gx, dx = coeffs
+        return (aw * w_e + bw, ax * x_e + gx * w_e + dx), state
+
+    coeffs = tuple(y.reshape(b, nc).T for y in (aw, bw, ax, gx, dx))
+    _, (w_end, x_end) = lax.scan(propagate, (init, jnp.zeros_like(init)), coeffs, reverse=True)
+
+    def body(carry, inp):
+        w_next, x_next, m_next = carry
+        r_t, v_t, m_t = inp
+        x_t = (jnp.where(m_next, gamma_lambda, 1.0) * x_next + r_t
+               + jnp.where(m_t, gamma * w_next - v_t, 0.0))
+        return (jnp.where(m_t, v_t, w_next), x_t, m_t), x_t
+
+    carry = (w_end.T.reshape(b * nc), x_end.T.reshape(b * nc), m_after)
+    _, x = lax.scan(body, carry, xs, reverse=True, unroll=_SCAN_UNROLL)
+    return x.reshape(c, b, nc).transpose(1, 2, 0).reshape(b, nc * c)[:, pad:]
+
+
+# ----------------------------------------------------------------------------
+# GAE and discounted returns (tokens or turns).
+
+
+def _gae(names, rewards, values, mask, gamma, lambda_, bootstrap_value, truncated, method):
+    r_name, v_name, m_name = names
+    dims = check_shape(r_name, rewards, ("B", "T"))
+    check_shape(v_name, values, ("B", "T"), dims)
+    check_shape(m_name, mask, ("B", "T"), dims)
+    _check_unit_interval("gamma", gamma)
+    _check_unit_interval("lambda_", lambda_)
+    check_choice("method", method, METHODS)
+    dtype = _float_dtype(rewards, values)
+    r = jnp.asarray(rewards, dtype)
+    v = jnp.asarray(values, dtype)
+    m = jnp.asarray(mask).astype(bool)
+    init = _boundary(bootstrap_value, truncated, dims, dtype)
+    # Trace discount: gamma*lambda once per step between masked positions.
+    a_trace = jnp.where(_next_is_masked(m), gamma * lambda_, 1.0).astype(dtype)
+    if method == "serial":
+        # Fused single pass: carry (w, x) = (value at first masked >= t+1, trace).
+        def body(carry, inp):
+            w_next, x_next = carry
+            r_t, v_t, m_t, a_t = inp
+            delta = r_t + jnp.where(m_t, gamma * w_next - v_t, 0.0)
+            x_t = a_t * x_next + delta
+            w_t = jnp.where(m_t, v_t, w_next)
+            return (w_t, x_t), x_t
+
+        init_carry = (init, jnp.zeros_like(init))
+        _, x = lax.scan(body, init_carry, (r.T, v.T, m.T, a_trace.T), reverse=True,
+                        unroll=_SCAN_UNROLL)
+        x = x.T
+    elif method == "chunked":
+        x = _gae_chunked(r, v, m, init, gamma, gamma * lambda_)
+    else:
+        mf = m.astype(dtype)
+        w = _reverse_linear_recurrence(1.0 - mf, mf * v, init, method)
+        next_value = jnp.concatenate([w[:, 1:], init[:, None]], axis=1)
+        delta = r + jnp.where(m, gamma * next_value - v, 0.0)
+        x = _reverse_linear_recurrence(a_trace, delta, jnp.zeros_like(init), method)
+    advantages = jnp.where(m, x, 0.0)
+    returns = jnp.where(m, x + v, 0.0)
+    return advantages, returns
+
+
+def gae(
+    rewards: Array,
+    values: Array,
+    loss_mask: Array,
+    *,
+    gamma: float,
+    lambda_: float,
+    bootstrap_value: Array | None = None,
+    truncated: Array | None = None,
+    method: str = "serial",
+) -> tuple[Array, Array]:
+    """Token-level generalized advantage estimation with masked pass-through.
+
+    Over the masked positions t_1 < t_2 < ... < t_n of a row (Schulman et al.
+    2016, "High-Dimensional Continuous Control Using GAE", eq. 11-16):
+
+        delta_{t_i} = r'_{t_i} + gamma * v_{t_{i+1}} - v_{t_i}
+        A_{t_i}     = delta_{t_i} + gamma * lambda_ * A_{t_{i+1}}
+        R_{t_i}     = A_{t_i} + v_{t_i}
+
+    with v_{t_{n+1}} = bootstrap_value if the row is truncated, else 0
+    (terminated: no bootstrap), and A_{t_{n+1}} = 0. Positions where
+    `loss_mask` is false (prompt, tool observations, padding) pass the trace
+    straight through: gamma and gamma*lambda_ apply once between consecutive
+    masked tokens whatever the gap, and the delta of a masked token uses the
+    value of the NEXT masked token.
+
+    Rewards on unmasked positions: r'_{t_i} = r_{t_i} + the sum of rewards on
+    the unmasked positions between t_i and t_{i+1} (to the end of the row for
+    t_n), undiscounted: a reward on a tool observation or on padding is credited
+    to the action that preceded it. Rewards before the first masked token (on
+    the prompt) are dropped.
+
+    Value alignment: values[b, t] is the value of the state before token t,
+    V(tokens[:t]) (the head output at position t-1), as in types.py.
+
+    Args:
+      rewards: [B, T] float, reward r_t per token (e.g. the outcome on the last
+        action token, minus a per-token KL penalty).
+      values: [B, T] float, critic values v_t.
+      loss_mask: [B, T] bool (or 0/1), true on policy-generated tokens.
+      gamma: discount in [0, 1] (per masked step).
+      lambda_: GAE lambda in [0, 1].
+      bootstrap_value: optional [B] float, value of the state after the last
+        token; used for rows that are truncated.
+      truncated: optional [B] bool; None with bootstrap_value bootstraps every
+        row. Requires bootstrap_value.
+      method: "serial" (lax.scan), "associative" (lax.associative_scan) or
+        "chunked" (two-level lax.scan).
+
+    Returns:
+      (advantages, returns), both [B, T] float32 (float64 for float64 input),
+      exactly 0 where loss_mask is false.
+
+    Raises:
+      ValueError: on shapes other than the above (naming the argument), gamma or
+        lambda_ outside [0, 1] (Python scalars), an unknown method, or
+        truncated without bootstrap_value.
+    """
+    return _gae(("rewards", "values", "loss_mask"), rewards, values, loss_mask,
+                gamma, lambda_, bootstrap_value, truncated, method)
+
+
+def step_gae(
+    step_rewards: Array,
+    step_values: Array,
+    step_mask: Array,
+    *,
+    gamma: float,
+    lambda_: float,
+    bootstrap_value: Array | None = None,
+    truncated: Array | None = None,
+    method: str = "serial",
+) -> tuple[Array, Array]:
+    """Step-level (per-turn) GAE: `gae`'s recurrence over turns.
+
+    delta_k = r_k + gamma * V_{k+1} - V_k,  A_k = delta_k + gamma*lambda_*A_{k+1}
+    (Schulman et al. 2016, eq. 16), over the turns where step_mask is true;
+    other turns (padding) pass through as in `gae`. Process rewards go on each
+    turn; an outcome reward on the last turn.
+
+    Args:
+      step_rewards: [B, S] float, reward per turn.
+      step_values: [B, S] float, value of the state before each turn's action
+        (see `step_values_from_token_values`).
+      step_mask: [B, S] bool, true on real turns.
+      gamma, lambda_, bootstrap_value ([B]), truncated ([B]), method: as in `gae`;
+        bootstrap_value is the value of the state after the last turn.
+
+    Returns:
+      (step_advantages, step_returns): [B, S] float, 0 where step_mask is false.
+      Put them on tokens with `broadcast_step_advantages`.
+
+    Raises:
+      ValueError: as `gae`.
+    """
+    return _gae(("step_rewards", "step_values", "step_mask"), step_rewards, step_values,
+                step_mask, gamma, lambda_, bootstrap_value, truncated, method)
+
+
+def _discounted_returns(names, rewards, mask, gamma, bootstrap_value, truncated, method):
+    r_name, m_name = names
+    dims = check_shape(r_name, rewards, ("B", "T"))
+    check_shape(m_name, mask, ("B", "T"), dims)
+    _check_unit_interval("gamma", gamma)
+    check_choice("method", method, METHODS)
+    dtype = _float_dtype(rewards)
+    m = jnp.asarray(mask).astype(bool)
+    init = _boundary(bootstrap_value, truncated, dims, dtype)
+    r = jnp.asarray(rewards, dtype)
+    if method == "chunked":  # returns are GAE with zero values and lambda_ = 1
+        x = _gae_chunked(r, jnp.zeros_like(r), m, init, gamma, gamma)
+    else:
+        a = jnp.where(_next_is_masked(m), gamma, 1.0).astype(dtype)
+        x = _reverse_linear_recurrence(a, r, init, method)
+    return jnp.where(m, x, 0.0)
+
+
+def discounted_returns(
+    rewards: Array,
+    loss_mask: Array,
+    *,
+    gamma: float,
+    bootstrap_value: Array | None = None,
+    truncated: Array | None = None,
+    method: str = "serial",
+) -> Array:
+    """Masked discounted returns over tokens (REINFORCE-style estimators).
+
+    G_{t_i} = r'_{t_i} + gamma * G_{t_{i+1}}, G_{t_{n+1}} = bootstrap_value for
+    truncated rows, else 0 (Sutton & Barto 2018, eq. 3.8), over the masked
+    positions t_i with the pass-through and reward rule of `gae` (rewards on
+    unmasked tokens are credited, undiscounted, to the preceding masked token).
+
+    Args:
+      rewards: [B, T] float. loss_mask: [B, T] bool. gamma: in [0, 1].
+      bootstrap_value, truncated, method: as in `gae`.
+
+    Returns:
+      [B, T] float returns, 0 where loss_mask is false.
+
+    Raises:
+      ValueError: as `gae`.
+    """
+    return _discounted_returns(("rewards", "loss_mask"), rewards, loss_mask, gamma,
+                               bootstrap_value, truncated, method)
+
+
+def step_discounted_returns(
+    step_rewards: Array,
+    step_mask: Array,
+    *,
+    gamma: float,
+    bootstrap_value: Array | None = None,
+    truncated: Array | None = None,
+    method: str = "serial",
+) -> Array:
+    """Discounted returns over turns: `discounted_returns` on [B, S] step arrays.
+
+    G_k = r_k + gamma * G_{k+1} over turns with step_mask true.
+
+    Returns:
+      [B, S] float, 0 where step_mask is false.
+
+    Raises:
+      ValueError: as `gae`.
+    """
+    return _discounted_returns(("step_rewards", "step_mask"), step_rewards, step_mask, gamma,
+                               bootstrap_value, truncated, method)
+
+
+# ----------------------------------------------------------------------------
+# Moving between tokens, turns and episodes.
+
+
+def step_values_from_token_values(
+    values: Array, step_ids: Array, loss_mask: Array, num_steps: int
+) -> Array:
+    """Reads one value per turn from token values.
+
+    The value of turn k is the value of the state before the turn's first action
+    token f_k (DESIGN.md): with the aligned convention of `gae`
+    (values[t] = V(tokens[:t]), the head output at the last token before t),
+    that is values[b, f_k]. Turns without any action token get 0.
+
+    Args:
+      values: [B, T] float, aligned token values.
+      step_ids: [B, T] int, turn index per token (-1 on prompt/padding).
+      loss_mask: [B, T] bool, true on action tokens.
+      num_steps: S, static int >= 1.
+
+    Returns:
+      [B, S] float step values.
+
+    Raises:
+      ValueError: on shape mismatch (naming the argument) or num_steps < 1.
+    """
+    dims = check_shape("values", values, ("B", "T"))
+    check_shape("step_ids", step_ids, ("B", "T"), dims)
+    check_shape("loss_mask", loss_mask, ("B", "T"), dims)
+    if not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps: expected a static int >= 1, got {num_steps!r}")
+    b, t, s = dims["B"], dims["T"], num_steps
+    sid = jnp.asarray(step_ids, jnp.int32)
+    m = jnp.asarray(loss_mask).astype(bool) & (sid >= 0) & (sid < s)
+    seg = jnp.where(m, jnp.arange(b, dtype=jnp.int32)[:, None] * s + sid, b * s)
+    pos = jnp.where(m, jnp.arange(t, dtype=jnp.int32)[None, :], t)
+    first = jax.ops.segment_min(pos.ravel(), seg.ravel(), num_segments=b * s).reshape(b, s)
+    valid = first < t
+    out = jnp.take_along_axis(values, jnp.clip(first, 0, t - 1), axis=1)
+    return jnp.where(valid, out, jnp.zeros_like(out))
+
+
+def broadcast_step_advantages(step_advantages: Array, step_ids: Array, loss_mask: Array) -> Array:
+    """Puts each turn's advantage on that turn's action tokens.
+
+    Args:
+      step_advantages: [B, S] float.
+      step_ids: [B, T] int, turn index per token (-1 on prompt/padding).
+      loss_mask: [B, T] bool.
+
+    Returns:
+      [B, T] float: step_advantages[b, step_ids[b, t]] where loss_mask is true
+      and 0 <= step_ids < S, else 0.
+
+    Raises:
+      ValueError: on shape mismatch, naming the argument.
+    """
+    dims = check_shape("step_advantages", step_advantages, ("B", "S"))
+    check_shape("step_ids", step_ids, ("B", "T"), dims)
+    check_shape("loss_mask", loss_mask, ("B", "T"), dims)
+    s = dims["S"]
+    sid = jnp.asarray(step_ids, jnp.int32)
+    valid = jnp.asarray(loss_mask).astype(bool) & (sid >= 0) & (sid < s)
+    out = jnp.take_along_axis(step_advantages, jnp.clip(sid, 0, s - 1), axis=1)
+    return jnp.where(valid, out, jnp.zeros_like(out))
+
+
+def broadcast_episode_advantages(advantages: Array, loss_mask: Array) -> Array:
+    """Puts a per-episode advantage [B] on the episode's loss_mask tokens [B, T].
+
+    Returns:
+      [B, T] float, advantages[b] where loss_mask is true, else 0.
+
+    Raises:
+      ValueError: on shape mismatch, naming the argument.
+    """
+    dims = check_shape("advantages", advantages, ("B",))
+    check_shape("loss_mask", loss_mask, ("B", "T"), dims)
+    adv = jnp.asarray(advantages)
+    return jnp.where(jnp.asarray(loss_mask).astype(bool), adv[:, None], jnp.zeros_like(adv)[:, None])
+
+
+# ----------------------------------------------------------------------------
+# Outcome level: groups.
+
+
+def _group_stats(scores, group_ids, mask, num_groups):
+    """Per-row group statistics. Rows masked out or with an id outside
+    [0, num_groups) take part in no group."""
+    dims = check_shape("scores", scores, ("B",))
+    check_shape("group_ids", group_ids, ("B",), dims)
+    if mask is not None:
+        check_shape("mask", mask, ("B",), dims)
+    if not isinstance(num_groups, int) or num_groups < 1:
+        raise ValueError(f"num_groups: expected a static int >= 1, got {num_groups!r}")
+    dtype = _float_dtype(scores)
+    s = jnp.asarray(scores, dtype)
+    gid = jnp.asarray(group_ids, jnp.int32)
+    valid = (gid >= 0) & (gid < num_groups)
+    if mask is not None:
+        valid = valid & jnp.asarray(mask).astype(bool)
+    seg = jnp.where(valid, gid, num_groups)  # out of range: dropped by segment ops
+    row = jnp.clip(seg, 0, num_groups - 1)
+
+    def gsum(x):
+        return jax.ops.segment_sum(x, seg, num_segments=num_groups)
+
+    n = gsum(valid.astype(dtype))
+    mean = gsum(jnp.where(valid, s, 0.0)) / jnp.maximum(n, 1.0)
+    centered = jnp.where(valid, s - mean[row], 0.0)  # two-pass variance
+    sumsq = gsum(centered * centered)
+    s_const = lax.stop_gradient(s)
+    gmax = jax.ops.segment_max(jnp.where(valid, s_const, -jnp.inf), seg, num_segments=num_groups)
+    gmin = jax.ops.segment_min(jnp.where(valid, s_const, jnp.inf), seg, num_segments=num_groups)
+    informative = (n > 1) & (gmax > gmin)  # else every advantage of the group is 0
+    keep = valid & informative[row]
+    return centered, n[row], sumsq[row], keep
+
+
+def grpo(
+    scores: Array,
+    group_ids: Array,
+    *,
+    num_groups: int,
+    mask: Array | None = None,
+    eps: float = 1e-6,
+) -> Array:
+    """GRPO outcome advantages: A_i = (s_i - mean_g) / (std_g + eps).
+
+    Shao et al. 2024, "DeepSeekMath", sec. 4.1.2 (outcome supervision); std_g is
+    unbiased (ddof=1, as verl/TRL via torch.std), floored so gradients stay
+    finite. A group whose scores are all equal, a singleton group (verl returns
+    the raw score there; we return 0: no baseline, no signal), a masked row and
+    a row with group id outside [0, num_groups) all get exactly 0.
+
+    Args:
+      scores: [B] float episode scores.
+      group_ids: [B] int32 group (prompt) id per episode, any order.
+      num_groups: static int, number of group ids (upper bound).
+      mask: optional [B] bool, false on padding episodes.
+      eps: added to the std.
+
+    Returns:
+      [B] float advantages (use `broadcast_episode_advantages` for tokens).
+
+    Raises:
+      ValueError: on shape mismatch (naming the argument) or num_groups < 1.
+    """
+    centered, n, sumsq, keep = _group_stats(scores, group_ids, mask, num_groups)
+    var = sumsq / jnp.maximum(n - 1.0, 1.0)
+    std = jnp.sqrt(jnp.maximum(var, jnp.finfo(var.dtype).tiny))
+    return jnp.where(keep, centered / (std + eps), 0.0)
+
+
+def dr_grpo(
+    scores: Array, group_ids: Array, *, num_groups: int, mask: Array | None = None
+) -> Array:
+    """Dr. GRPO outcome advantages: A_i = s_i - mean_g (no std division).
+
+    Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
+    Perspective", sec. 3.2. Constant/singleton groups, masked rows: exactly 0.
+
+    Args/Returns/Raises: as `grpo` (no eps).
+    """
+    centered, _, _, keep = _group_stats(scores, group_ids, mask, num_groups)
+    return jnp.where(keep, centered, 0.0)
+
+
+def rloo(
+    scores: Array, group_ids: Array, *, num_groups: int, mask: Array | None = None
+) -> Array:
+    """RLOO: leave-one-out baseline, A_i = s_i - mean_{j != i in g} s_j.
+
+    Equals n/(n-1) * (s_i - mean_g). Kool et al. 2019, "Buy 4 REINFORCE Samples,
+    Get a Baseline for Free!"; Ahmadian et al. 2024, "Back to Basics", eq. 5.
+    Constant/singleton groups, masked rows: exactly 0.
+
+    Args/Returns/Raises: as `grpo` (no eps).
+    """
+    centered, n, _, keep = _group_stats(scores, group_ids, mask, num_groups)
+    return jnp.where(keep, centered * (n / jnp.maximum(n - 1.0, 1.0)), 0.0)
+
+
+def whiten(x: Array, mask: Array, *, shift_mean: bool = True, eps: float = 1e-8) -> Array:
+    """Masked whitening: (x - mean) / sqrt(var + eps) over the masked entries.
+
+    mean and unbiased var (ddof=1) over entries where mask is true, as verl's
+    `masked_whiten`. shift_mean=False adds the mean back. Unmasked entries
+    give 0; if all masked entries are equal (or there is one), shift_mean=True
+    gives exactly 0 and shift_mean=False returns x there. All-masked: 0.
+
+    Args:
+      x: float array of any shape. mask: bool array of the same shape.
+      shift_mean: whether the output keeps mean 0.
+      eps: added to the variance.
+
+    Returns:
+      Whitened x, same shape, float.
+
+    Raises:
+      ValueError: if mask's shape differs from x's.
+    """
+    check_shape("mask", mask, tuple(jnp.shape(x)))
+    dtype = _float_dtype(x)
+    x = jnp.asarray(x, dtype)
+    m = jnp.asarray(mask).astype(bool)
+    n = jnp.sum(m, dtype=dtype)
+    mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1.0)
+    centered = jnp.where(m, x - mean, 0.0)
+    var = jnp.sum(centered * centered) / jnp.maximum(n - 1.0, 1.0)
+    out = centered * lax.rsqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    x_const = lax.stop_gradient(x)
+    constant = jnp.max(jnp.where(m, x_const, -jnp.inf)) <= jnp.min(jnp.where(m, x_const, jnp.inf))
+    out = jnp.where(constant, 0.0 if shift_mean else x, out)
+    return jnp.where(m, out, 0.0)
+
+
+def reinforce_pp(
+    token_rewards: Array, loss_mask: Array, *, gamma: float = 1.0, method: str = "serial"
+) -> Array:
+    """REINFORCE++ advantages: masked discounted token returns, whitened globally.
+
+    A = whiten(G) with G from `discounted_returns` (pass-through masking, no
+    bootstrap: critic-free) and `whiten` over all masked tokens of the batch.
+    Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large
+    Language Models", sec. 3; token_rewards usually hold the outcome on the last
+    action token minus a per-token KL penalty.
+
+    Args:
+      token_rewards: [B, T] float. loss_mask: [B, T] bool. gamma: in [0, 1].
+      method: as in `gae`.
+
+    Returns:
+      [B, T] float advantages, 0 where loss_mask is false.
+
+    Raises:
+      ValueError: as `discounted_returns`.
+    """
+    returns = _discounted_returns(("token_rewards", "loss_mask"), token_rewards, loss_mask,
+                                  gamma, None, None, method)
+    return whiten(returns, loss_mask)
+
+
+def reinforce_pp_baseline(
+    scores: Array,
+    group_ids: Array,
+    loss_mask: Array,
+    *,
+    num_groups: int,
+    mask: Array | None = None,
+) -> Array:
+    """REINFORCE++-baseline: subtract the group mean, then whiten over tokens.
+
+    A_{b,t} = whiten(s_b - mean_{g(b)}) over the batch's masked tokens, as verl's
+    `compute_reinforce_plus_plus_baseline_outcome_advantage` (Hu 2025). A
+    singleton group gives 0 before whitening (verl keeps the raw score).
+
+    Args:
+      scores: [B] float. group_ids: [B] int32. loss_mask: [B, T] bool.
+      num_groups: static int. mask: optional [B] bool.
+
+    Returns:
+      [B, T] float advantages, 0 where loss_mask is false.
+
+    Raises:
+      ValueError: on shape mismatch (naming the argument) or num_groups < 1.
+    """
+    dims = check_shape("scores", scores, ("B",))
+    check_shape("loss_mask", loss_mask, ("B", "T"), dims)
+    centered = dr_grpo(scores, group_ids, num_groups=num_groups, mask=mask)
+    tokens = broadcast_episode_advantages(centered, loss_mask)
+    return whiten(tokens, loss_mask)
+
+
+# ----------------------------------------------------------------------------
+# Registry.
+
+ESTIMATORS: types.MappingProxyType[str, Callable[..., Any]] = types.MappingProxyType({
+    "gae": gae,
+    "step_gae": step_gae,
+    "discounted_returns": discounted_returns,
+    "step_discounted_returns": step_discounted_returns,
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "rloo": rloo,
+    "reinforce_pp": reinforce_pp,
+    "reinforce_pp_baseline": reinforce_pp_baseline,
+})
+
+
+def get_estimator(name: str) -> Callable[..., Any]:
+    """Returns ESTIMATORS[name]; raises ValueError listing the valid names."""
+    check_choice("estimator", name, tuple(ESTIMATORS))
+    return ESTIMATORS[name]
