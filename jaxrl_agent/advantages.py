@@ -203,25 +203,24 @@ def _gae(names, rewards, values, mask, gamma, lambda_, bootstrap_value, truncate
     v = jnp.asarray(values, dtype)
     m = jnp.asarray(mask).astype(bool)
     init = _boundary(bootstrap_value, truncated, dims, dtype)
-    # Trace discount: gamma*lambda once per step between masked positions.
-    a_trace = jnp.where(_next_is_masked(m), gamma * lambda_, 1.0).astype(dtype)
+    gamma_lambda = gamma * lambda_  # applied once per step between masked positions
     if method == "serial":
-        # Fused single pass: carry (w, x) = (value at first masked >= t+1, trace).
+        # Fused single pass; carry (w, x, m_next): w = value at the first masked
+        # position after t, x = the trace, m_next = m_{t+1} (virtual True at T).
         def body(carry, inp):
-            w_next, x_next = carry
-            r_t, v_t, m_t, a_t = inp
-            delta = r_t + jnp.where(m_t, gamma * w_next - v_t, 0.0)
-            x_t = a_t * x_next + delta
-            w_t = jnp.where(m_t, v_t, w_next)
-            return (w_t, x_t), x_t
+            w_next, x_next, m_next = carry
+            r_t, v_t, m_t = inp
+            x_t = (jnp.where(m_next, gamma_lambda, 1.0) * x_next + r_t
+                   + jnp.where(m_t, gamma * w_next - v_t, 0.0))
+            return (jnp.where(m_t, v_t, w_next), x_t, m_t), x_t
 
-        init_carry = (init, jnp.zeros_like(init))
-        _, x = lax.scan(body, init_carry, (r.T, v.T, m.T, a_trace.T), reverse=True,
-                        unroll=_SCAN_UNROLL)
+        init_carry = (init, jnp.zeros_like(init), jnp.ones(init.shape, bool))
+        _, x = lax.scan(body, init_carry, (r.T, v.T, m.T), reverse=True, unroll=_SCAN_UNROLL)
         x = x.T
     elif method == "chunked":
-        x = _gae_chunked(r, v, m, init, gamma, gamma * lambda_)
+        x = _gae_chunked(r, v, m, init, gamma, gamma_lambda)
     else:
+        a_trace = jnp.where(_next_is_masked(m), gamma_lambda, 1.0).astype(dtype)
         mf = m.astype(dtype)
         w = _reverse_linear_recurrence(1.0 - mf, mf * v, init, method)
         next_value = jnp.concatenate([w[:, 1:], init[:, None]], axis=1)

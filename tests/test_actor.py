@@ -309,3 +309,17 @@ def test_prompt_ids_equal_whole_prompt_encoding(tok, calc, template):
 def test_parse_weight_version():
     from jaxrl_agent.agent.episode import parse_weight_version
     assert [parse_weight_version(v) for v in ("12", "step-12", "-1", "init", 4)] == [12, 12, -1, -1, 4]
+
+
+def test_stream_close_with_all_slots_busy(tok, calc):
+    release = threading.Event()
+    actor = Actor(ScriptedEngine(gold_policy(tok, calc), tokenizer=tok), tok, max_in_flight=2, step_timeout_s=None)
+    specs = [spec(0)] + [hooked(lambda: release.wait(20))] * 4
+    try:
+        it = actor.stream(specs)
+        first = next(it)  # the one normal episode; then both slots hold hung episodes
+        start = time.perf_counter()
+        it.close()
+        assert time.perf_counter() - start < 2.0 and first.terminated
+    finally:
+        release.set()

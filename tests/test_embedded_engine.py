@@ -17,7 +17,7 @@ from jaxrl_agent.rollout.sampling import logprob_mismatch_metrics, sample_tokens
 from jaxrl_agent.rollout.weight_sync import export_for_engine
 
 # One engine shape for every rollout test file: one prefill + one decode compile.
-CONFIG = tiny_config(vocab_size=64, dtype="float32")
+CONFIG = tiny_config(vocab_size=64, dtype="float32", tie_word_embeddings=False)
 MAX_SEQ_LEN = 32
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10], [11, 12, 13, 14]]
 
@@ -96,17 +96,19 @@ def test_top_k_one_equals_greedy(engine):
 
 
 def test_sample_tokens_respects_top_k_and_top_p():
-    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]] * 2))
-    keys = jax.random.split(jax.random.key(0), 2)
-    seen = set()
-    for i in range(200):
-        ks = jax.vmap(jax.random.fold_in, (0, None))(keys, i)
-        tok, lp = sample_tokens(logits, ks, jnp.ones(2), jnp.array([1.0, 0.7]),
-                                jnp.array([2, -1], jnp.int32))
-        seen.update((r, int(t)) for r, t in enumerate(tok))
-        np.testing.assert_allclose(lp, logits[0, tok], atol=1e-6)  # before truncation
-    # Row 0: top-k=2 keeps {0, 1}; row 1: top-p=0.7 keeps {0, 1} (0.5 + 0.3 covers 0.7).
-    assert seen == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    n = 400
+    logits = jnp.log(jnp.tile(jnp.array([[0.5, 0.3, 0.15, 0.05]]), (n, 1)))
+    keys = jax.random.split(jax.random.key(0), n)
+    # Even rows: top-k=2 keeps {0, 1}; odd rows: top-p=0.7 keeps {0, 1} (0.5 + 0.3 >= 0.7).
+    top_k = jnp.where(jnp.arange(n) % 2 == 0, 2, -1).astype(jnp.int32)
+    top_p = jnp.where(jnp.arange(n) % 2 == 0, 1.0, 0.7)
+    tok, lp = jax.jit(sample_tokens)(logits, keys, jnp.ones(n), top_p, top_k)
+    tok = np.asarray(tok)
+    assert set(tok[0::2]) == {0, 1} and set(tok[1::2]) == {0, 1}
+    np.testing.assert_allclose(lp, np.asarray(logits[0])[tok], atol=1e-6)  # before truncation
+    free, _ = jax.jit(sample_tokens)(logits, keys, jnp.ones(n), jnp.ones(n),
+                                     -jnp.ones(n, jnp.int32))
+    assert set(np.asarray(free)) == {0, 1, 2, 3}
 
 
 def test_learner_logprobs_match_engine_within_1e4(engine):

@@ -296,7 +296,15 @@ class Actor:
 
         try:
             for ep in episodes:
-                await slots.acquire()
+                if not slots.locked():
+                    await slots.acquire()  # a free slot: no yield, launch right away
+                else:
+                    acquire = asyncio.ensure_future(slots.acquire())
+                    while not acquire.done() and not stop.is_set() and not errors:
+                        await asyncio.wait({acquire}, timeout=0.1)  # wake up now and then to see a stop
+                    if not acquire.done():
+                        acquire.cancel()
+                        break
                 while max_buffered is not None and buffered() >= max_buffered and not stop.is_set():
                     await asyncio.sleep(0.01)
                 if stop.is_set() or errors:

@@ -217,7 +217,8 @@ def gspo_policy_loss(
         num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len,
     )
     nonempty = jnp.any(mask, axis=-1)
-    seq_ratio = jnp.exp(jnp.clip(jax.lax.stop_gradient(seq_log_ratio[:, 0]), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    seq_log_ratio = jax.lax.stop_gradient(seq_log_ratio[:, 0])
+    seq_ratio = jnp.exp(jnp.clip(seq_log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     metrics = {
         "policy_loss": loss,
         "clipfrac": masked_mean(upper | lower, mask),
