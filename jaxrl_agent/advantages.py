@@ -46,7 +46,8 @@ from jaxrl_agent.checks import check_choice, check_shape
 
 Array = jax.Array
 METHODS = ("serial", "associative", "chunked")
-_SCAN_UNROLL = 8  # serial scan unroll; see docs/benchmarks_advantages.md
+_SCAN_UNROLL = 8  # serial scan unroll (CPU timing); see docs/benchmarks_advantages.md
+_CHUNK_UNROLL = 1  # the chunked scans step over wide vectors: unrolling did not help
 
 
 # ----------------------------------------------------------------------------
@@ -86,21 +87,12 @@ def _boundary(bootstrap_value, truncated, dims, dtype) -> Array:
 # Reverse first-order linear recurrences.
 
 
-def _reverse_linear_recurrence(a: Array, b: Array, init: Array, method: str) -> Array:
-    """Solves x_t = a_t * x_{t+1} + b_t for t = T-1 .. 0 with x_T = init.
+def _reverse_linear_recurrence(a: Array, b: Array, init: Array) -> Array:
+    """Solves x_t = a_t * x_{t+1} + b_t (t = T-1 .. 0, x_T = init) in depth O(log T).
 
-    a, b: [B, T]; init: [B]. Returns x: [B, T].
-    "associative" composes the affine maps (a, b) with lax.associative_scan:
-    (a_t, b_t) o (a_s, b_s) = (a_t a_s, a_t b_s + b_t), depth O(log T).
+    a, b: [B, T]; init: [B]. Composes the affine maps with lax.associative_scan:
+    (a_t, b_t) o (a_s, b_s) = (a_t a_s, a_t b_s + b_t).
     """
-    if method == "serial":
-        def body(x_next, ab):
-            a_t, b_t = ab
-            x_t = a_t * x_next + b_t
-            return x_t, x_t
-
-        _, xs = lax.scan(body, init, (a.T, b.T), reverse=True, unroll=_SCAN_UNROLL)
-        return xs.T
     b = b.at[:, -1].add(a[:, -1] * init)
 
     def combine(later, earlier):  # reverse=True: the first argument is later in time
@@ -164,7 +156,7 @@ def _gae_chunked(r, v, m, init, gamma, gamma_lambda):
                 a_t * gx + g_t * aw, a_t * dx + g_t * bw + d_t, m_t), None
 
     (aw, bw, ax, gx, dx, _), _ = lax.scan(summarize, (one, zero, one, zero, zero, m_after), xs,
-                                          reverse=True, unroll=_SCAN_UNROLL)
+                                          reverse=True, unroll=_CHUNK_UNROLL)
 
     def propagate(state, coeffs):
         w_e, x_e = state
@@ -182,12 +174,42 @@ def _gae_chunked(r, v, m, init, gamma, gamma_lambda):
         return (jnp.where(m_t, v_t, w_next), x_t, m_t), x_t
 
     carry = (w_end.T.reshape(b * nc), x_end.T.reshape(b * nc), m_after)
-    _, x = lax.scan(body, carry, xs, reverse=True, unroll=_SCAN_UNROLL)
+    _, x = lax.scan(body, carry, xs, reverse=True, unroll=_CHUNK_UNROLL)
     return x.reshape(c, b, nc).transpose(1, 2, 0).reshape(b, nc * c)[:, pad:]
 
 
 # ----------------------------------------------------------------------------
 # GAE and discounted returns (tokens or turns).
+
+
+def _solve_gae(r, v, m, init, gamma, gamma_lambda, method):
+    """The masked GAE trace x [B, T] (advantages where m), for any method.
+
+    x_t = a_t x_{t+1} + r_t + [m_t] (gamma w_{t+1} - v_t), a_t = gamma_lambda if
+    m_{t+1} (virtual True at T) else 1; w_t = v_t if m_t else w_{t+1}; w_T = init.
+    """
+    dtype = r.dtype
+    if method == "serial":
+        # Fused single pass; carry (w, x, m_next): w = value at the first masked
+        # position after t, x = the trace, m_next = m_{t+1} (virtual True at T).
+        def body(carry, inp):
+            w_next, x_next, m_next = carry
+            r_t, v_t, m_t = inp
+            x_t = (jnp.where(m_next, gamma_lambda, 1.0) * x_next + r_t
+                   + jnp.where(m_t, gamma * w_next - v_t, 0.0))
+            return (jnp.where(m_t, v_t, w_next), x_t, m_t), x_t
+
+        init_carry = (init, jnp.zeros_like(init), jnp.ones(init.shape, bool))
+        _, x = lax.scan(body, init_carry, (r.T, v.T, m.T), reverse=True, unroll=_SCAN_UNROLL)
+        return x.T
+    if method == "chunked":
+        return _gae_chunked(r, v, m, init, gamma, gamma_lambda)
+    a_trace = jnp.where(_next_is_masked(m), gamma_lambda, 1.0).astype(dtype)
+    mf = m.astype(dtype)
+    w = _reverse_linear_recurrence(1.0 - mf, mf * v, init)
+    next_value = jnp.concatenate([w[:, 1:], init[:, None]], axis=1)
+    delta = r + jnp.where(m, gamma * next_value - v, 0.0)
+    return _reverse_linear_recurrence(a_trace, delta, jnp.zeros_like(init))
 
 
 def _gae(names, rewards, values, mask, gamma, lambda_, bootstrap_value, truncated, method):
@@ -203,29 +225,7 @@ def _gae(names, rewards, values, mask, gamma, lambda_, bootstrap_value, truncate
     v = jnp.asarray(values, dtype)
     m = jnp.asarray(mask).astype(bool)
     init = _boundary(bootstrap_value, truncated, dims, dtype)
-    gamma_lambda = gamma * lambda_  # applied once per step between masked positions
-    if method == "serial":
-        # Fused single pass; carry (w, x, m_next): w = value at the first masked
-        # position after t, x = the trace, m_next = m_{t+1} (virtual True at T).
-        def body(carry, inp):
-            w_next, x_next, m_next = carry
-            r_t, v_t, m_t = inp
-            x_t = (jnp.where(m_next, gamma_lambda, 1.0) * x_next + r_t
-                   + jnp.where(m_t, gamma * w_next - v_t, 0.0))
-            return (jnp.where(m_t, v_t, w_next), x_t, m_t), x_t
-
-        init_carry = (init, jnp.zeros_like(init), jnp.ones(init.shape, bool))
-        _, x = lax.scan(body, init_carry, (r.T, v.T, m.T), reverse=True, unroll=_SCAN_UNROLL)
-        x = x.T
-    elif method == "chunked":
-        x = _gae_chunked(r, v, m, init, gamma, gamma_lambda)
-    else:
-        a_trace = jnp.where(_next_is_masked(m), gamma_lambda, 1.0).astype(dtype)
-        mf = m.astype(dtype)
-        w = _reverse_linear_recurrence(1.0 - mf, mf * v, init, method)
-        next_value = jnp.concatenate([w[:, 1:], init[:, None]], axis=1)
-        delta = r + jnp.where(m, gamma * next_value - v, 0.0)
-        x = _reverse_linear_recurrence(a_trace, delta, jnp.zeros_like(init), method)
+    x = _solve_gae(r, v, m, init, gamma, gamma * lambda_, method)
     advantages = jnp.where(m, x, 0.0)
     returns = jnp.where(m, x + v, 0.0)
     return advantages, returns
@@ -341,11 +341,7 @@ def _discounted_returns(names, rewards, mask, gamma, bootstrap_value, truncated,
     m = jnp.asarray(mask).astype(bool)
     init = _boundary(bootstrap_value, truncated, dims, dtype)
     r = jnp.asarray(rewards, dtype)
-    if method == "chunked":  # returns are GAE with zero values and lambda_ = 1
-        x = _gae_chunked(r, jnp.zeros_like(r), m, init, gamma, gamma)
-    else:
-        a = jnp.where(_next_is_masked(m), gamma, 1.0).astype(dtype)
-        x = _reverse_linear_recurrence(a, r, init, method)
+    x = _solve_gae(r, jnp.zeros_like(r), m, init, gamma, gamma, method)  # GAE, v = 0, lambda_ = 1
     return jnp.where(m, x, 0.0)
 
 

@@ -157,9 +157,10 @@ def test_serial_equals_associative_relative_1e5():
         a, ret = adv.gae(r, v, m, gamma=0.999, lambda_=0.97, bootstrap_value=boot, method=method)
         g = adv.discounted_returns(r, m, gamma=0.999, bootstrap_value=boot, method=method)
         outs[method] = (a, ret, g)
-    for x, y in zip(outs["serial"], outs["associative"]):
-        x, y = _np(x), _np(y)
-        assert np.max(np.abs(x - y)) <= 1e-5 * np.max(np.abs(x))
+    for method in ("associative", "chunked"):
+        for x, y in zip(outs["serial"], outs[method]):
+            x, y = _np(x), _np(y)
+            assert np.max(np.abs(x - y)) <= 1e-5 * np.max(np.abs(x)), method
 
 
 # ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """EmbeddedEngine: greedy/seeded determinism, stops, limits, logprob parity, weights."""
 
+import functools
 import threading
 
 import jax
@@ -22,8 +23,13 @@ MAX_SEQ_LEN = 32
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10], [11, 12, 13, 14]]
 
 
+@functools.lru_cache(maxsize=None)
+def tiny_params(seed):
+    return init_params(CONFIG, jax.random.key(seed))
+
+
 def make_engine(seed=0, params_seed=0, **kw):
-    params = init_params(CONFIG, jax.random.key(params_seed))
+    params = tiny_params(params_seed)
     kw = {"batch_buckets": (4,), "prompt_buckets": (16,), **kw}
     return EmbeddedEngine(params, CONFIG, max_seq_len=MAX_SEQ_LEN, seed=seed, **kw)
 
@@ -154,7 +160,7 @@ def test_update_weights_pytree_and_hf_directory(tmp_path):
     eng = make_engine()
     greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
     before = [o.output_ids for o in eng.generate(PROMPTS, greedy)]
-    new_params = init_params(CONFIG, jax.random.key(42))
+    new_params = tiny_params(42)
     eng.update_weights(new_params, "1")
     after = eng.generate(PROMPTS, greedy)
     assert [o.output_ids for o in after] != before and after[0].weight_version == "1"

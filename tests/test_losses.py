@@ -384,7 +384,9 @@ def test_tis_caps_and_stops_gradient():
 
 
 def test_mis_masks():
-    mis = functools.partial(losses.masked_importance_weights, IS_OLD, IS_ROLL, IS_M, low=0.6, high=2.0)
+    mis = functools.partial(
+        losses.masked_importance_weights, IS_OLD, IS_ROLL, IS_M, low=0.6, high=2.0
+    )
     w, m = mis()
     _close(w, [[0.0, 0.0, 1.5], [1.2, 0.0, 0.0]])
     _close(m["is_frac_masked"], 0.5)

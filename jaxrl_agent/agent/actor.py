@@ -281,10 +281,10 @@ class Actor:
         pool = concurrent.futures.ThreadPoolExecutor(self.env_workers, thread_name_prefix="env")
         dispatcher = asyncio.create_task(gen.run())
         slots = asyncio.Semaphore(self.max_in_flight)
-        running: set[asyncio.EpisodeSpec] = set()
+        running: set[asyncio.Task] = set()
         errors: list[BaseException] = []
 
-        def finished(task: asyncio.EpisodeSpec):
+        def finished(task: asyncio.Task):
             running.discard(task)
             slots.release()
             if task.cancelled():

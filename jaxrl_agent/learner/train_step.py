@@ -97,11 +97,11 @@ def train_step_fn(
         )
         updates, opt_state = policy_tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics.update(grad_norm=optax.global_norm(grads), lr=lr_schedule(count))
+        metrics.update(grad_norm=optax.tree.norm(grads), lr=lr_schedule(count))
         if value_params is not None:
             v_updates, value_opt_state = value_tx.update(value_grads, value_opt_state, value_params)
             value_params = optax.apply_updates(value_params, v_updates)
-            metrics["value_grad_norm"] = optax.global_norm(value_grads)
+            metrics["value_grad_norm"] = optax.tree.norm(value_grads)
         return (params, opt_state, value_params, value_opt_state, count + 1, kl_coef), metrics
 
     def train_step(state: TrainState, tb: TrainBatch):

@@ -44,8 +44,20 @@ def _dummy_inputs(config: ModelConfig):
     return tokens, tokens, jnp.ones((1, 1, 1), bool)
 
 
+def _abstract_params(config: ModelConfig):
+    """Boxed ShapeDtypeStructs of the params (no compute)."""
+    return jax.eval_shape(
+        lambda: Transformer(config).init(jax.random.key(0), *_dummy_inputs(config)))["params"]
+
+
 def init_params(config: ModelConfig, rng) -> dict:
-    """Random parameters (normal(0.02) kernels, unit norms, zero biases).
+    """Random parameters as HF initializes them: normal(0.02) kernels and
+    embeddings, unit norm scales, zero biases.
+
+    Leaf by leaf (one small random op per distinct shape, cached by jax), which
+    compiles far faster on CPU than one jitted linen init; the function is
+    traceable, so `jax.jit(init_params, static_argnums=0, out_shardings=...)`
+    creates sharded params directly.
 
     Args:
         config: the model.
@@ -54,9 +66,19 @@ def init_params(config: ModelConfig, rng) -> dict:
     Returns:
         A plain (unboxed) nested dict of arrays in config.param_dtype.
     """
-    init = jax.jit(lambda key: nn.meta.unbox(
-        Transformer(config).init(key, *_dummy_inputs(config))["params"]))
-    return init(rng)
+    abstract = nn.meta.unbox(_abstract_params(config))
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    keys = jax.random.split(rng, len(leaves))
+    values = []
+    for (path, leaf), key in zip(leaves, keys):
+        name = path[-1].key
+        if name == "scale":
+            values.append(jnp.ones(leaf.shape, leaf.dtype))
+        elif name == "bias":
+            values.append(jnp.zeros(leaf.shape, leaf.dtype))
+        else:
+            values.append(0.02 * jax.random.normal(key, leaf.shape, leaf.dtype))
+    return jax.tree_util.tree_unflatten(treedef, values)
 
 
 def param_logical_axes(config: ModelConfig) -> dict:
@@ -64,9 +86,7 @@ def param_logical_axes(config: ModelConfig) -> dict:
 
     Map them to mesh axes with `nn.logical_to_mesh_sharding(specs, mesh, rules)`.
     """
-    abstract = jax.eval_shape(
-        lambda: Transformer(config).init(jax.random.key(0), *_dummy_inputs(config)))
-    return nn.get_partition_spec(abstract)["params"]
+    return nn.get_partition_spec(_abstract_params(config))
 
 
 def forward_hidden(params, config: ModelConfig, tokens, positions, segment_ids):

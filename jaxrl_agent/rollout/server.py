@@ -120,18 +120,19 @@ def create_app(engine: EmbeddedEngine, *, model_path: str | None = None,
         body = await _json_body(request, required=True)
         req = parse_generate(body, max_seq_len=engine.max_seq_len,
                              vocab_size=engine.config.vocab_size)
-        try:
-            await asyncio.wait_for(st.unpaused.wait(), st.pause_timeout_s)
-        except asyncio.TimeoutError:
-            return _error(f"generation is paused (waited {st.pause_timeout_s} s); "
-                          "call /continue_generation", 503)
         loop = asyncio.get_running_loop()
         pend = [_Pending(p, s, e, i, r, loop.create_future()) for i, (p, s, e, r) in enumerate(
             zip(req["prompts"], req["samplings"], req["ignore_eos"], req["rids"]))]
-        for p in pend:
+        for p in pend:  # registered first, so /abort_request reaches waiting requests too
             st.active[p.rid] = p
-            st.queue.put_nowait(p)
         try:
+            try:
+                await asyncio.wait_for(st.unpaused.wait(), st.pause_timeout_s)
+            except asyncio.TimeoutError:
+                return _error(f"generation is paused (waited {st.pause_timeout_s} s); "
+                              "call /continue_generation", 503)
+            for p in pend:
+                st.queue.put_nowait(p)
             outs = await asyncio.gather(*(p.future for p in pend))
         except ValueError as e:
             raise BadRequest(str(e)) from None

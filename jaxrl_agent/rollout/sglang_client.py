@@ -320,11 +320,18 @@ class SGLangClient:
 
     @property
     def weight_version(self) -> str:
-        """Weight version of the first server (asked once, then tracked)."""
-        if self._weight_version is None:
-            info = self.get_model_info()[0]
-            self._weight_version = str(info.get("weight_version"))
-        return self._weight_version
+        """The version last seen (responses, updates, refresh); "unknown" before any.
+
+        No network call here (isinstance checks on the protocol read it); use
+        `refresh_weight_version()` to ask the servers.
+        """
+        return self._weight_version or "unknown"
+
+    def refresh_weight_version(self) -> str:
+        """Asks the first server (GET /get_model_info) for its weight_version."""
+        info = self._run_sync(lambda: self._request("GET", self.urls[0], "/get_model_info"))
+        self._weight_version = str(info.get("weight_version")) if isinstance(info, dict) else None
+        return self.weight_version
 
 
 def _body_message(resp: httpx.Response) -> str:
