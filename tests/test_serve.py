@@ -42,10 +42,11 @@ def client(server):
 
 
 def test_generate_batch_with_logprobs_matches_engine(client, server, engine):
-    outs = client.generate(PROMPTS, SamplingParams(max_new_tokens=5, temperature=1.0, seed=3))
-    direct = engine.generate(PROMPTS, SamplingParams(max_new_tokens=5, temperature=1.0, seed=3))
+    sampling = SamplingParams(max_new_tokens=5, temperature=1.0, seed=3)
+    outs = client.generate(PROMPTS, sampling)  # one request per prompt, batched by the server
+    direct = [engine.generate([p], sampling)[0] for p in PROMPTS]  # seeds are per request
     for o, d in zip(outs, direct):
-        assert o.finish_reason == "length" and len(o.output_ids) == 5
+        assert o.finish_reason == "length" and o.output_ids == d.output_ids
         np.testing.assert_allclose(o.logprobs, d.logprobs, atol=1e-5)
         assert o.weight_version == engine.weight_version and o.meta["cached_tokens"] == 0
     # Raw SGLang batch shape: a list, one item per prompt, SGLang's meta_info fields.

@@ -27,7 +27,8 @@ STOP_ITEM = {
         "id": "a1", "finish_reason": {"type": "stop", "matched": 151645},
         "prompt_tokens": 5, "completion_tokens": 3, "cached_tokens": 2,
         "weight_version": "12", "e2e_latency": 0.25, "spec_verify_ct": 0,
-        "output_token_logprobs": [[-0.5, 17, None], [-1.25, 4, None], [-0.01, 151645, "<|im_end|>"]],
+        "output_token_logprobs": [
+            [-0.5, 17, None], [-1.25, 4, None], [-0.01, 151645, "<|im_end|>"]],
     },
     "hidden_states": None,
 }

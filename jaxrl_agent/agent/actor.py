@@ -107,6 +107,10 @@ class Actor:
             limit); a step past it truncates the episode with info["env_error"].
         observation_role: "tool" (tool-response turn) or "user".
         seed: base sampling seed (see GenerationQueue); None leaves it to the engine.
+        lockstep: batch generation only once every running episode waits for
+            an action, rows in (group, sample) order (GenerationQueue
+            lockstep): with `seed` and max_in_flight >= the episodes of one
+            collect, a collect is reproducible run to run (resume = same run).
         reuse_envs: keep finished envs and reset them for later episodes of the
             same env key (building an env can cost far more than an episode);
             `close()` closes them. Envs whose step raised or hung are never reused.
@@ -132,6 +136,7 @@ class Actor:
         observation_role: str = "tool",
         seed: int | None = None,
         reuse_envs: bool = True,
+        lockstep: bool = False,
     ):
         for name, value in [("max_total_tokens", max_total_tokens), ("max_turns", max_turns),
                             ("max_new_tokens", max_new_tokens), ("max_in_flight", max_in_flight),
@@ -156,6 +161,7 @@ class Actor:
         self.observation_role = observation_role
         self.seed = seed
         self.reuse_envs = reuse_envs
+        self.lockstep = lockstep
         self._idle_envs: dict[Any, list[gym.Env]] = {}
         self._env_lock = threading.Lock()
         self._next_group_id = 0
@@ -277,7 +283,8 @@ class Actor:
 
     async def _main(self, episodes, emit, stop, buffered, max_buffered) -> None:
         gen = GenerationQueue(self.engine, max_batch_size=self.max_batch_size,
-                              concurrency=self.generate_concurrency, seed=self.seed)
+                              concurrency=self.generate_concurrency, seed=self.seed,
+                              lockstep=self.lockstep)
         pool = concurrent.futures.ThreadPoolExecutor(self.env_workers, thread_name_prefix="env")
         dispatcher = asyncio.create_task(gen.run())
         slots = asyncio.Semaphore(self.max_in_flight)
@@ -286,6 +293,7 @@ class Actor:
 
         def finished(task: asyncio.Task):
             running.discard(task)
+            gen.unregister()
             slots.release()
             if task.cancelled():
                 return
@@ -311,6 +319,7 @@ class Actor:
                     slots.release()
                     break
                 task = asyncio.create_task(self._episode(ep, gen, pool))
+                gen.register()
                 running.add(task)
                 task.add_done_callback(finished)
             while running and not errors and not stop.is_set():
@@ -392,7 +401,7 @@ class Actor:
             requested = min(self.max_new_tokens, self.max_total_tokens - len(rec.tokens))
             sampling = dataclasses.replace(self.sampling, max_new_tokens=requested)
             t = time.perf_counter()
-            out = await gen.generate(list(rec.tokens), sampling)
+            out = await gen.generate(list(rec.tokens), sampling, order=(rec.group_id, rec.info["sample_index"]))
             rec.info["generate_s"] += time.perf_counter() - t
             rec.add_action(out.output_ids, out.logprobs, parse_weight_version(out.weight_version),
                            out.finish_reason)

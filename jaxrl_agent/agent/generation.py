@@ -30,10 +30,20 @@ class GenerationQueue:
         concurrency: most engine.generate calls in flight.
         seed: when not None, call i gets SamplingParams.seed = seed + i
             (reproducible only under the same request order).
+        lockstep: dispatch only when every live episode (see `register`) has a
+            request pending, groups in a fixed order and rows sorted by their
+            `order` key: batches, and with `seed` the sampled tokens, are then a
+            function of the episodes alone, not of thread timing (resumable,
+            bit-reproducible runs). Needs all episodes registered up front,
+            i.e. max_in_flight >= the number of episodes of one collect.
     """
 
-    def __init__(self, engine: RolloutEngine, *, max_batch_size: int, concurrency: int, seed: int | None):
+    def __init__(self, engine: RolloutEngine, *, max_batch_size: int, concurrency: int, seed: int | None,
+                 lockstep: bool = False):
         self._engine = engine
+        self._lockstep = lockstep
+        self._live = 0
+        self._rows_in_flight = 0
         self._max_batch_size = max_batch_size
         self._seed = seed
         self._pending: dict[SamplingParams, list[tuple[list[int], asyncio.Future]]] = {}
@@ -44,24 +54,52 @@ class GenerationQueue:
         self.num_calls = 0
         self.batch_sizes: list[int] = []
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerateOutput:
-        """Queues one prompt; returns its output once its batch has run."""
+    def register(self) -> None:
+        """Counts one more live episode (lockstep mode waits for its request)."""
+        self._live += 1
+
+    def unregister(self) -> None:
+        """Counts one live episode fewer (it finished)."""
+        self._live -= 1
+        self._has_work.set()
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
+                       order: tuple = ()) -> GenerateOutput:
+        """Queues one prompt; returns its output once its batch has run.
+
+        `order` sorts rows within a batch in lockstep mode (e.g. (group, sample)).
+        """
         fut = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(sampling, []).append((prompt_ids, fut))
+        self._pending.setdefault(sampling, []).append((prompt_ids, fut, order))
         self._has_work.set()
         return await fut
+
+    def _ready(self) -> bool:
+        if not self._pending:
+            return False
+        if not self._lockstep:
+            return True
+        waiting = sum(len(q) for q in self._pending.values()) + self._rows_in_flight
+        return waiting >= self._live
+
+    def _next_group(self) -> SamplingParams:
+        if not self._lockstep:
+            return next(iter(self._pending))
+        return min(self._pending, key=lambda s: repr(dataclasses.astuple(s)))
 
     async def run(self) -> None:
         """Dispatcher loop; runs until cancelled."""
         try:
             while True:
                 await self._slots.acquire()
-                while not self._pending:
+                while not self._ready():
                     self._has_work.clear()
                     await self._has_work.wait()
                 await asyncio.sleep(0)  # let episodes that are ready submit too
-                sampling = next(iter(self._pending))
+                sampling = self._next_group()
                 queue = self._pending[sampling]
+                if self._lockstep:
+                    queue.sort(key=lambda item: item[2])
                 batch, rest = queue[: self._max_batch_size], queue[self._max_batch_size :]
                 if rest:
                     self._pending[sampling] = rest
@@ -71,15 +109,17 @@ class GenerationQueue:
                     sampling = dataclasses.replace(sampling, seed=self._seed + self.num_calls)
                 self.num_calls += 1
                 self.batch_sizes.append(len(batch))
+                self._rows_in_flight += len(batch)
                 task = asyncio.create_task(self._dispatch(batch, sampling))
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)
         finally:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def _dispatch(self, batch: Sequence[tuple[list[int], asyncio.Future]], sampling: SamplingParams) -> None:
+    async def _dispatch(self, batch: Sequence[tuple[list[int], asyncio.Future, tuple]],
+                        sampling: SamplingParams) -> None:
         try:
-            prompts = [p for p, _ in batch]
+            prompts = [p for p, _, _ in batch]
             loop = asyncio.get_running_loop()
             try:
                 outs = await loop.run_in_executor(self._executor, self._engine.generate, prompts, sampling)
@@ -92,12 +132,13 @@ class GenerationQueue:
                     raise EngineError(
                         f"engine.generate returned {len(out.output_ids)} ids > max_new_tokens={sampling.max_new_tokens}"
                     )
-            for (_, fut), out in zip(batch, outs):
+            for (_, fut, _), out in zip(batch, outs):
                 if not fut.done():
                     fut.set_result(out)
         except Exception as e:  # noqa: BLE001
-            for _, fut in batch:
+            for _, fut, _ in batch:
                 if not fut.done():
                     fut.set_exception(e)
         finally:
+            self._rows_in_flight -= len(batch)
             self._slots.release()

@@ -54,10 +54,9 @@ def learner_loss(
     b = tb.batch
     mask = b.loss_mask
     model_in = (b.tokens, b.positions, b.segment_ids)
-    need_entropy = True  # entropy is always reported; its cost is one reduction per chunk
     logprobs, entropy = token_logprobs(
         params, config, *model_in, temperature=hp.temperature,
-        chunk_size=hp.logprob_chunk_size, return_entropy=need_entropy,
+        chunk_size=hp.logprob_chunk_size, return_entropy=True,  # always reported; one reduction per chunk
     )
     agg = dict(agg_mode=hp.agg_mode, **normalizers)
     pg_loss, pm = losses.get_policy_loss(hp.policy_loss)(

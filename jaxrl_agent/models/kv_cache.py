@@ -74,9 +74,10 @@ def prefill(params, config: ModelConfig, tokens, lengths, cache: KVCache):
     Raises:
         ValueError: on mismatched shapes or T > max_len.
     """
-    dims = check_shape("tokens", tokens, ("B", "T"))
-    check_shape("lengths", lengths, ("B",), dims)
+    dims: dict = {}
     _check_cache(cache, config, dims)
+    check_shape("tokens", tokens, ("B", "T"), dims)
+    check_shape("lengths", lengths, ("B",), dims)
     b, t = tokens.shape
     if t > cache.max_len:
         raise ValueError(f"tokens: expected T <= max_len={cache.max_len}, got shape {[b, t]}")
@@ -105,8 +106,9 @@ def decode_step(params, config: ModelConfig, tokens, cache: KVCache):
     Raises:
         ValueError: on mismatched shapes.
     """
-    dims = check_shape("tokens", tokens, ("B",))
+    dims: dict = {}
     _check_cache(cache, config, dims)
+    check_shape("tokens", tokens, ("B",), dims)
     positions = cache.lengths[:, None]  # [B, 1]
     slots = jnp.arange(cache.max_len, dtype=jnp.int32)
     mask = (slots[None, :] <= cache.lengths[:, None])[:, None, :]  # [B, 1, max_len]

@@ -170,7 +170,8 @@ class EmbeddedEngine:
             raise ValueError(f"batch_buckets: expected sizes >= 1, got {batch_buckets}")
         if not self.prompt_buckets or self.prompt_buckets[-1] > max_seq_len:
             raise ValueError(
-                f"prompt_buckets: expected sizes <= max_seq_len={max_seq_len}, got {prompt_buckets}")
+                f"prompt_buckets: expected sizes <= max_seq_len={max_seq_len}, "
+                f"got {prompt_buckets}")
         if steps_per_call is not None and steps_per_call < 1:
             raise ValueError(f"steps_per_call: expected None or >= 1, got {steps_per_call}")
         self.config = config

@@ -57,7 +57,8 @@ def sample_tokens(
         top-k/top-p threshold keep every tied token.
     """
     dims = check_shape("logits", logits, ("B", "V"))
-    for name, x in (("keys", keys), ("temperature", temperature), ("top_p", top_p), ("top_k", top_k)):
+    for name, x in (("keys", keys), ("temperature", temperature), ("top_p", top_p),
+                    ("top_k", top_k)):
         check_shape(name, x, ("B",), dims)
     logits = logits.astype(jnp.float32)
     greedy = temperature <= 0
@@ -99,7 +100,9 @@ def logprob_mismatch_metrics(learner_logprobs, rollout_logprobs, loss_mask) -> d
     check_shape("rollout_logprobs", rollout_logprobs, ("B", "T"), dims)
     check_shape("loss_mask", loss_mask, ("B", "T"), dims)
     mask = jnp.asarray(loss_mask, bool)
-    r = jnp.where(mask, jnp.asarray(learner_logprobs, jnp.float32) - jnp.asarray(rollout_logprobs, jnp.float32), 0.0)
+    diff = (jnp.asarray(learner_logprobs, jnp.float32)
+            - jnp.asarray(rollout_logprobs, jnp.float32))
+    r = jnp.where(mask, diff, 0.0)
     n = jnp.maximum(jnp.sum(mask), 1)
     return {
         "logprob_diff_mean": jnp.sum(jnp.abs(r)) / n,

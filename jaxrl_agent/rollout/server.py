@@ -176,7 +176,7 @@ def create_app(engine: EmbeddedEngine, *, model_path: str | None = None,
         return JSONResponse({"status": "ok"})
 
     async def flush_cache(request: Request):
-        return PlainTextResponse("Cache flushed (the embedded engine keeps no cross-request cache).")
+        return PlainTextResponse("Cache flushed (no cross-request cache in the embedded engine).")
 
     async def abort_request(request: Request):
         body = await _json_body(request, required=True)
@@ -216,6 +216,9 @@ def create_app(engine: EmbeddedEngine, *, model_path: str | None = None,
         msg = exc.detail if exc.status_code != 404 else f"unknown route {request.url.path}"
         return _error(str(msg), exc.status_code)
 
+    async def on_error(request: Request, exc: Exception):
+        return _error(f"internal error: {type(exc).__name__}: {exc}", 500)
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         st.queue = asyncio.Queue()
@@ -240,7 +243,8 @@ def create_app(engine: EmbeddedEngine, *, model_path: str | None = None,
         Route("/get_server_info", get_server_info, methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={BadRequest: on_bad_request, HTTPException: on_http})
+                     exception_handlers={BadRequest: on_bad_request, HTTPException: on_http,
+                                         Exception: on_error})
 
 
 class ServerThread:

@@ -16,9 +16,9 @@ server and verifies the served weight_version afterwards.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import os
+import threading
 import uuid
 import weakref
 from typing import Any, Awaitable, Callable, Sequence
@@ -94,6 +94,8 @@ class SGLangClient:
         self._loops: "weakref.WeakKeyDictionary[Any, tuple[httpx.AsyncClient, asyncio.Semaphore]]"
         self._loops = weakref.WeakKeyDictionary()
         self._weight_version: str | None = None
+        self._bg: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
+        self._bg_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -118,21 +120,37 @@ class SGLangClient:
             await state[0].aclose()
 
     def _run_sync(self, make_coro: Callable[[], Awaitable[Any]]) -> Any:
-        """Runs a coroutine to completion from synchronous code (own event loop)."""
+        """Runs a coroutine from synchronous code on the client's own loop thread.
 
-        async def main():
-            try:
-                return await make_coro()
-            finally:
-                await self.aclose()
+        One long-lived background loop keeps its HTTP client (connections, TLS
+        context) across calls; works from inside a running event loop too.
+        """
+        with self._bg_lock:
+            if self._bg is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="sglang-client",
+                                          daemon=True)
+                thread.start()
+                self._bg = (loop, thread)
+            loop = self._bg[0]
+        return asyncio.run_coroutine_threadsafe(make_coro(), loop).result()
 
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(main())
-        # Called from inside a running loop: run on a private loop in a thread.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, main()).result()
+    def close(self) -> None:
+        """Closes the background loop of the synchronous API and its HTTP client."""
+        with self._bg_lock:
+            bg, self._bg = self._bg, None
+        if bg is not None:
+            loop, thread = bg
+            asyncio.run_coroutine_threadsafe(self.aclose(), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+    def __enter__(self) -> "SGLangClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _next_url(self) -> str:
         return self.urls[next(self._rr) % len(self.urls)]

@@ -1,0 +1,158 @@
+"""One RL iteration (rollout -> batch -> advantages -> update -> weight sync),
+synchronous or with rollout overlapping learning, and evaluation.
+
+Everything here takes explicit components (actor, engine, jitted learner
+functions); train.py builds them from the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import jax
+import numpy as np
+
+from jaxrl_agent.agent.batcher import make_batch, power_of_two_buckets
+from jaxrl_agent.learner.train_step import make_compute_advantages, make_train_step
+from jaxrl_agent.types import Trajectory
+
+
+def episode_success(traj: Trajectory) -> bool:
+    """True when the environment's verifier accepted the final answer."""
+    return bool(traj.info.get("env_counters", {}).get("correct", 0) > 0)
+
+
+def rollout_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """Reward, success and the reward-hacking / budget monitors of a set of episodes."""
+    n = max(len(trajs), 1)
+    counters = [t.info.get("env_counters", {}) for t in trajs]
+    gen_tokens = [int(t.loss_mask.sum()) for t in trajs]
+    turns = [t.num_steps for t in trajs]
+    tool_calls = [t.info.get("tool_calls", 0) for t in trajs]
+    invalid = [t.info.get("invalid_tool_calls", 0) for t in trajs]
+    return {
+        f"{prefix}/reward_mean": float(np.mean([t.score for t in trajs])) if trajs else 0.0,
+        f"{prefix}/success": float(np.mean([episode_success(t) for t in trajs])) if trajs else 0.0,
+        f"{prefix}/turns_per_episode": float(np.mean(turns)) if trajs else 0.0,
+        f"{prefix}/tokens_per_episode": float(np.mean([t.num_tokens for t in trajs])) if trajs else 0.0,
+        f"{prefix}/generated_tokens_per_episode": float(np.mean(gen_tokens)) if trajs else 0.0,
+        f"{prefix}/tool_calls_per_episode": float(np.mean(tool_calls)) if trajs else 0.0,
+        f"{prefix}/invalid_tool_call_rate": float(sum(invalid) / max(sum(tool_calls) + sum(invalid), 1)),
+        f"{prefix}/no_action_rate": float(sum(c.get("no_action", 0) for c in counters) / max(sum(turns), 1)),
+        f"{prefix}/answer_without_evidence": float(sum(c.get("answer_without_evidence", 0) > 0
+                                                       for c in counters) / n),
+        f"{prefix}/context_truncations": float(sum(t.info.get("truncation") == "context" for t in trajs) / n),
+        f"{prefix}/truncated": float(np.mean([t.truncated for t in trajs])) if trajs else 0.0,
+        f"{prefix}/latency_s": float(np.mean([t.info.get("generate_s", 0.0) + t.info.get("env_s", 0.0)
+                                              for t in trajs])) if trajs else 0.0,
+    }
+
+
+def evaluate(actor, specs: Sequence[Any], *, prefix: str) -> dict[str, float]:
+    """Runs one episode per spec with `actor` (greedy in eval) and summarizes it."""
+    t0 = time.perf_counter()
+    trajs = actor.collect(list(specs), num_samples_per_task=1)
+    out = rollout_metrics(trajs, prefix)
+    out[f"{prefix}/wall_s"] = time.perf_counter() - t0
+    return out
+
+
+@dataclasses.dataclass
+class Learner:
+    """The jitted learner functions plus batching, for one model and mesh.
+
+    Args:
+      model_cfg, hp, mesh: as for make_train_step.
+      max_total_tokens: largest token bucket (the episode context budget).
+      max_turns: the step bucket S.
+      pad_id: token id used on padding.
+    """
+
+    model_cfg: Any
+    hp: Any
+    mesh: Any
+    max_total_tokens: int
+    max_turns: int
+    pad_id: int
+
+    def __post_init__(self):
+        self.train_step = make_train_step(self.model_cfg, self.hp, mesh=self.mesh)
+        self.compute_advantages = make_compute_advantages(self.model_cfg, self.hp, mesh=self.mesh)
+        self.token_buckets = power_of_two_buckets(self.max_total_tokens, min_len=128)
+        dp = 1
+        for axis in ("data", "fsdp"):
+            dp *= self.mesh.shape[axis]
+        self.batch_multiple = dp
+
+    def update(self, state, trajs: Sequence[Trajectory], ref_params=None):
+        """(state, metrics): one train_step on the episodes (state is donated)."""
+        t0 = time.perf_counter()
+        batch = make_batch(trajs, token_buckets=self.token_buckets, step_buckets=(self.max_turns,),
+                           batch_multiple=self.batch_multiple, pad_id=self.pad_id)
+        train_batch = self.compute_advantages(state, batch, ref_params)
+        state, metrics = self.train_step(state, train_batch)
+        metrics = {f"learner/{k}": float(v) for k, v in jax.device_get(metrics).items()}
+        metrics["time/learner_s"] = time.perf_counter() - t0
+        metrics["learner/tokens"] = float(np.asarray(batch.segment_ids).astype(bool).sum())
+        return state, metrics
+
+
+def policy_lag(trajs: Sequence[Trajectory], learner_version: int) -> int:
+    """Versions between the learner and the oldest turn in `trajs`."""
+    oldest = min((int(t.weight_versions.min()) for t in trajs if t.num_steps), default=learner_version)
+    return int(learner_version - oldest)
+
+
+class AsyncRollouts:
+    """Rollout of the next batch runs in a thread while the learner trains.
+
+    The producer draws task batches from `next_tasks`, collects them with the
+    weights the engine has at that moment, and hands them over through a
+    queue of size 1: at most one batch waits, so the policy lag stays bounded
+    (the consumer also drops or corrects batches older than its limit).
+    """
+
+    def __init__(self, collect: Callable[[Any], list[Trajectory]], next_tasks: Callable[[], Any]):
+        self._collect, self._next_tasks = collect, next_tasks
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rollouts", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                trajs = self._collect(self._next_tasks())
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(("ok", trajs), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as e:  # noqa: BLE001  (re-raised in the consumer)
+            self._queue.put(("error", e))
+
+    def get(self) -> list[Trajectory]:
+        kind, value = self._queue.get()
+        if kind == "error":
+            raise RuntimeError(f"rollout thread failed: {type(value).__name__}: {value}") from value
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+def batches(it: Iterator) -> Callable[[], Any]:
+    """A thread-safe next() over a task iterator."""
+    lock = threading.Lock()
+
+    def next_batch():
+        with lock:
+            return next(it)
+
+    return next_batch

@@ -1,0 +1,181 @@
+"""The main job: warm-start, RL iterations with checkpoints, evaluation, plot.
+
+`run_training(config, workdir)` is what `python -m jaxrl_agent.train` calls.
+Starting it again with the same workdir resumes from the newest checkpoint
+(learner state, reference params, data-iterator state, iteration); Ctrl-C
+saves a checkpoint before exiting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
+
+from jaxrl_agent.data.tasks import task_iterator
+from jaxrl_agent.environments.tasks.base import Task  # noqa: F401  (registers envs)
+import jaxrl_agent.environments as envs
+from jaxrl_agent.learner.checkpoint import Checkpointer, abstract_like
+from jaxrl_agent.learner.distributed import is_main_process, maybe_initialize_distributed
+from jaxrl_agent.learner.train_state import abstract_state, init_train_state
+from jaxrl_agent.pipeline import components as C
+from jaxrl_agent.pipeline.metrics import MetricsWriter, plot_learning_curve, read_metrics
+from jaxrl_agent.pipeline.rl import AsyncRollouts, Learner, batches, evaluate, policy_lag, rollout_metrics
+from jaxrl_agent.pipeline.warmstart import demonstration_engine, run_warmstart
+
+PLOT_KEYS = ["rollout/success", "rollout/reward_mean", "learner/kl", "learner/entropy", "eval/test/success"]
+
+
+def _copy(tree):
+    """A fresh copy for the engine: the learner donates its own buffers."""
+    return jax.tree.map(jnp.copy, tree)
+
+
+def _eval_all(config, actor, prefix: str) -> dict:
+    out = {}
+    for split in config.eval.splits:
+        specs = C.episode_specs(config, split, range(int(config.eval.num_tasks)))
+        out.update(evaluate(actor, specs, prefix=f"{prefix}/{split}"))
+    return out
+
+
+def _warmstart(config, params, model_cfg, tok, log):
+    """Gold demonstrations through the real env and actor, then SFT."""
+    ws = config.warmstart
+    tasks = C.split_tasks(config, "train")[: int(ws.num_demos)]
+    engine = demonstration_engine({t.prompt: envs.gold_actions(t) for t in tasks}, tok,
+                                  C.get_chat_template(config.tokenizer.chat_template).stop_tokens[0])
+    actor = C.build_actor(config, engine, tok, temperature=1.0, max_new_tokens=config.rollout.max_new_tokens)
+    with actor:
+        demos = actor.collect(C.episode_specs(config, "train", range(len(tasks))))
+    demos = [d for d in demos if d.terminated]
+    return run_warmstart(params, model_cfg, demos, steps=int(ws.steps), batch_size=int(ws.batch_size),
+                         lr=float(ws.lr), warmup_steps=int(ws.warmup_steps), seed=int(config.seed),
+                         max_total_tokens=int(config.rollout.max_total_tokens),
+                         max_turns=int(config.env.max_turns), pad_id=tok.pad_id, log=log)
+
+
+def run_training(config, workdir: str) -> dict:
+    """Runs (or resumes) the job in `workdir`; returns the final summary dict."""
+    C.validate(config)
+    maybe_initialize_distributed()
+    mesh = C.build_mesh(config)
+    os.makedirs(workdir, exist_ok=True)
+    main = is_main_process()
+    writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=main)
+    say = print if main else (lambda *a, **k: None)
+    tok = C.build_tokenizer(config, workdir)
+    seed = int(config.seed)
+    model_cfg, params = C.load_model(config, tok, jax.random.key(seed))
+    iterations = int(config.train.iterations)
+    hp = C.learner_hparams(config, iterations * config.learner.ppo_epochs * config.learner.num_minibatches)
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=int(config.train.keep_checkpoints))
+    data_it = task_iterator(list(range(int(config.env.num_train_tasks))),
+                            batch_size=int(config.rollout.tasks_per_iter), seed=seed)
+    latest = ckpt.latest_step()
+    if latest is None:
+        t0 = time.perf_counter()
+        if config.warmstart.steps > 0:
+            say(f"warm-start: {config.warmstart.steps} SFT steps on {config.warmstart.num_demos} demonstrations")
+            params, _ = _warmstart(config, params, model_cfg, tok, lambda i, m: writer.write(i, m))
+        state = init_train_state(model_cfg, hp, jax.random.key(seed + 1), mesh=mesh, params=params)
+        ref = _copy(state.params) if hp.use_kl else None
+        engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
+        meta = {"iteration": 0, "data_iter": data_it.get_state(), "warmstart_s": time.perf_counter() - t0}
+        with C.build_actor(config, engine, tok, temperature=0.0,
+                           max_new_tokens=config.eval.max_new_tokens) as eval_actor:
+            meta["eval_before"] = _eval_all(config, eval_actor, "eval")
+        writer.write(0, meta["eval_before"])
+        ckpt.save(0, {"state": state, "ref": ref}, metadata=meta, force=True)
+    else:
+        target = {"state": abstract_state(model_cfg, hp, mesh), "ref": None}
+        if hp.use_kl:
+            target["ref"] = abstract_like(target["state"].params)
+        restored, meta = ckpt.restore(target, step=latest)
+        state, ref = restored["state"], restored["ref"]
+        data_it.set_state(meta["data_iter"])
+        engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
+        engine.update_weights(_copy(state.params), str(meta["iteration"]))
+        say(f"resumed from {ckpt.directory} at iteration {meta['iteration']}")
+    say("held-out before RL: " + ", ".join(f"{k}={v:.3f}" for k, v in meta["eval_before"].items()
+                                           if k.endswith("success")))
+    start = int(meta["iteration"])
+    learner = Learner(model_cfg, hp, mesh, int(config.rollout.max_total_tokens), int(config.env.max_turns),
+                      tok.pad_id)
+    actor = C.build_actor(config, engine, tok, temperature=config.rollout.temperature,
+                          max_new_tokens=config.rollout.max_new_tokens)
+    G = int(config.rollout.samples_per_task)
+
+    def collect(task_ids, it=None):
+        if it is not None:
+            actor.seed = seed * 100_003 + it * 1_000
+        t0 = time.perf_counter()
+        trajs = actor.collect(C.episode_specs(config, "train", task_ids), num_samples_per_task=G)
+        return trajs, time.perf_counter() - t0
+
+    rollouts = None
+    if config.train.async_mode:
+        rollouts = AsyncRollouts(lambda ids: collect(ids), batches(data_it))
+    it, dropped = start, 0
+    bar = tqdm(range(start, iterations), initial=start, total=iterations, desc="RL", disable=not main)
+    try:
+        for it in bar:
+            iter_state = data_it.get_state()
+            t_iter = time.perf_counter()
+            if rollouts is None:
+                trajs, rollout_s = collect(next(data_it), it)
+            else:
+                trajs, rollout_s = rollouts.get()
+            lag = policy_lag(trajs, it)
+            if rollouts is not None and lag > config.train.max_policy_lag and config.train.stale_policy == "drop":
+                dropped += 1
+                writer.write(it, {"async/dropped_batches": dropped, "async/policy_lag": lag})
+                continue
+            new_state, metrics = learner.update(state, trajs, ref)
+            state = new_state
+            t_sync = time.perf_counter()
+            engine.update_weights(_copy(state.params), str(it + 1))
+            metrics.update(rollout_metrics(trajs, "rollout"))
+            wall = time.perf_counter() - t_iter
+            metrics.update({"time/rollout_s": rollout_s, "time/weight_sync_s": time.perf_counter() - t_sync,
+                            "time/iteration_s": wall, "async/policy_lag": lag,
+                            "throughput/tokens_per_s": metrics["learner/tokens"] / wall})
+            writer.write(it + 1, metrics)
+            bar.set_postfix(success=f"{metrics['rollout/success']:.2f}", reward=f"{metrics['rollout/reward_mean']:.2f}")
+            if (it + 1) % config.train.checkpoint_every == 0 or it + 1 == iterations:
+                meta.update(iteration=it + 1, data_iter=data_it.get_state())
+                ckpt.save(it + 1, {"state": state, "ref": ref}, metadata=meta, force=True)
+    except KeyboardInterrupt:
+        meta.update(iteration=it, data_iter=iter_state)
+        ckpt.save(it, {"state": state, "ref": ref}, metadata=meta, force=True)
+        ckpt.wait()
+        say(f"\ninterrupted: checkpoint saved at iteration {it} in {ckpt.directory}")
+        raise SystemExit(130)
+    finally:
+        if rollouts is not None:
+            rollouts.close()
+        bar.close()
+    ckpt.wait()
+    with C.build_actor(config, engine, tok, temperature=0.0,
+                       max_new_tokens=config.eval.max_new_tokens) as eval_actor:
+        after = _eval_all(config, eval_actor, "eval")
+    writer.write(iterations, after)
+    summary = {"before": meta["eval_before"], "after": after, "iterations": iterations}
+    if main:
+        with open(os.path.join(workdir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        plot_learning_curve(read_metrics(writer.logdir), PLOT_KEYS, os.path.join(workdir, "learning_curve.png"),
+                            title=f"{config.env.id}: RL ({config.learner.estimator}/{config.learner.policy_loss})")
+        for split in config.eval.splits:
+            b, a = meta["eval_before"][f"eval/{split}/success"], after[f"eval/{split}/success"]
+            say(f"held-out {split} success: before RL {100 * b:.1f}%  after RL {100 * a:.1f}%  "
+                f"({100 * (a - b):+.1f} points)")
+    writer.close()
+    ckpt.close()
+    actor.close()
+    return summary
