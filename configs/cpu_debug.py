@@ -20,6 +20,7 @@ def get_config() -> config_dict.ConfigDict:
     c.tokenizer = config_dict.ConfigDict()
     c.tokenizer.path = ""  # HF tokenizer.json (file or dir); "" builds the debug BPE tokenizer
     c.tokenizer.vocab_size = 1024  # debug tokenizer size (ids incl. 256 bytes + specials)
+    c.tokenizer.merge_words = True  # debug BPE merges across words: templated phrases become single ids
     c.tokenizer.chat_template = "qwen"  # "qwen" (ChatML) or "llama3"
 
     c.model = config_dict.ConfigDict()
@@ -31,7 +32,7 @@ def get_config() -> config_dict.ConfigDict:
     c.model.num_kv_heads = 2  # K
     c.model.head_dim = 32  # per-head width
     c.model.dtype = "float32"  # compute dtype (bf16 is slow on CPU)
-    c.model.max_seq_len = 640  # context limit of the engine (prompt + all turns)
+    c.model.max_seq_len = 256  # context limit of the engine (prompt + all turns)
 
     c.rollout = config_dict.ConfigDict()
     c.rollout.engine = "embedded"  # "embedded" (in-process JAX) or "sglang"
@@ -39,8 +40,8 @@ def get_config() -> config_dict.ConfigDict:
     c.rollout.tasks_per_iter = 16  # distinct tasks per RL iteration
     c.rollout.samples_per_task = 8  # G, samples per task (GRPO group size)
     c.rollout.temperature = 1.0  # sampling temperature during RL
-    c.rollout.max_new_tokens = 48  # per-turn generation cap
-    c.rollout.max_total_tokens = 640  # per-episode context budget (truncates)
+    c.rollout.max_new_tokens = 24  # per-turn generation cap
+    c.rollout.max_total_tokens = 256  # per-episode context budget (truncates)
     c.rollout.max_in_flight = 256  # episodes running at once
     c.rollout.export_dir = ""  # weight-sync directory for sglang ("" = workdir/exports)
 
@@ -84,5 +85,5 @@ def get_config() -> config_dict.ConfigDict:
     c.eval = config_dict.ConfigDict()
     c.eval.num_tasks = 100  # held-out tasks per split
     c.eval.splits = ("test",)  # splits evaluated before and after RL
-    c.eval.max_new_tokens = 48  # per-turn cap (greedy decoding)
+    c.eval.max_new_tokens = 24  # per-turn cap (greedy decoding)
     return c

@@ -19,12 +19,12 @@ Three levels (DESIGN.md, "Credit assignment"):
   given as integer ids (segment ops with a static `num_groups`; groups need
   not be contiguous, ordered or of equal size).
 
-Linear recurrences x_t = a_t x_{t+1} + b_t are solved by a serial `lax.scan`
-(`method="serial"`, depth T) or by `lax.associative_scan`
-(`method="associative"`, depth O(log T)), or by a two-level scan
-(`method="chunked"`: scan inside chunks of about sqrt(T) positions, vectorized
-over the chunks, then over the chunk boundaries; fastest on CPU, see
-docs/benchmarks_advantages.md); all agree to float32 rounding.
+The recurrences x_t = a_t x_{t+1} + b_t behind GAE and returns are solved by
+`jaxrl_agent.scans`: `method="serial"` (lax.scan, depth T), `"associative"`
+(lax.associative_scan, depth O(log T)) or `"chunked"` (two-level scan); all
+agree to float32 rounding. Defaults follow the CPU benchmark
+(docs/benchmarks_advantages.md): "chunked" over tokens (1.6-2.6x faster than
+"serial" at T = 4096-32768), "serial" over turns (S <= 512: a few percent faster).
 
 Standard-deviation convention: all group and whitening statistics use the
 unbiased estimator (ddof=1, Bessel's correction), as `torch.std` does by default
@@ -43,11 +43,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrl_agent.checks import check_choice, check_shape
+from jaxrl_agent.scans import DEFAULT_METHOD, METHODS, masked_discounted_returns, masked_gae_trace
 
 Array = jax.Array
-METHODS = ("serial", "associative", "chunked")
-_SCAN_UNROLL = 8  # serial scan unroll (CPU timing); see docs/benchmarks_advantages.md
-_CHUNK_UNROLL = 1  # the chunked scans step over wide vectors: unrolling did not help
 
 
 # ----------------------------------------------------------------------------
@@ -84,132 +82,7 @@ def _boundary(bootstrap_value, truncated, dims, dtype) -> Array:
 
 
 # ----------------------------------------------------------------------------
-# Reverse first-order linear recurrences.
-
-
-def _reverse_linear_recurrence(a: Array, b: Array, init: Array) -> Array:
-    """Solves x_t = a_t * x_{t+1} + b_t (t = T-1 .. 0, x_T = init) in depth O(log T).
-
-    a, b: [B, T]; init: [B]. Composes the affine maps with lax.associative_scan:
-    (a_t, b_t) o (a_s, b_s) = (a_t a_s, a_t b_s + b_t).
-    """
-    b = b.at[:, -1].add(a[:, -1] * init)
-
-    def combine(later, earlier):  # reverse=True: the first argument is later in time
-        a_l, b_l = later
-        a_e, b_e = earlier
-        return a_e * a_l, a_e * b_l + b_e
-
-    _, x = lax.associative_scan(combine, (a, b), reverse=True, axis=1)
-    return x
-
-
-def _next_is_masked(m: Array) -> Array:
-    """[B, T] bool: m_{t+1}, with a virtual masked position at T (the bootstrap)."""
-    return jnp.concatenate([m[:, 1:], jnp.ones_like(m[:, :1])], axis=1)
-
-
-def _chunk_size(t: int) -> int:
-    """Power of two near sqrt(T/2): minimizes the 2*C + T/C scan steps."""
-    c = 1
-    while c * c * 2 < t:
-        c *= 2
-    return c
-
-
-def _gae_chunked(r, v, m, init, gamma, gamma_lambda):
-    """Two-level GAE (x, w recurrences of `_gae`), same arithmetic as "serial".
-
-    1. Per chunk of C positions, compose the affine per-step maps of the state
-       (w, x) (w: value at the first masked position >= t, x: the trace) into one
-       map from the chunk's end state to its start state (scan over C, vectorized
-       over B * NC chunks; no per-position output).
-    2. Scan over the NC chunks to get each chunk's end state.
-    3. Re-run the per-step recurrence inside every chunk from its end state.
-    Rows are left-padded to NC * C with unmasked zero-reward positions, which
-    the (reverse) recurrence never reads.
-    """
-    b, t = r.shape
-    c = _chunk_size(t)
-    nc = -(-t // c)
-    pad = nc * c - t
-    if pad:
-        r, v = (jnp.pad(x, ((0, 0), (pad, 0))) for x in (r, v))
-        m = jnp.pad(m, ((0, 0), (pad, 0)))
-    dtype = r.dtype
-
-    def to_chunks(x):  # [B, NC * C] -> [C, B * NC], time-major inside chunks
-        return x.reshape(b, nc, c).transpose(2, 0, 1).reshape(c, b * nc)
-
-    xs = tuple(to_chunks(x) for x in (r, v, m))
-    first = m.reshape(b, nc, c)[:, :, 0]  # m_{t+1} after each chunk's last position
-    m_after = jnp.concatenate([first[:, 1:], jnp.ones((b, 1), bool)], axis=1).reshape(b * nc)
-    one, zero = jnp.ones((b * nc,), dtype), jnp.zeros((b * nc,), dtype)
-
-    def summarize(carry, inp):  # w_t = aw w_E + bw;  x_t = ax x_E + gx w_E + dx
-        aw, bw, ax, gx, dx, m_next = carry
-        r_t, v_t, m_t = inp
-        a_t = jnp.where(m_next, gamma_lambda, 1.0)
-        g_t = jnp.where(m_t, gamma, 0.0)
-        d_t = r_t - jnp.where(m_t, v_t, 0.0)
-        return (jnp.where(m_t, 0.0, aw), jnp.where(m_t, v_t, bw), a_t * ax,
-                a_t * gx + g_t * aw, a_t * dx + g_t * bw + d_t, m_t), None
-
-    (aw, bw, ax, gx, dx, _), _ = lax.scan(summarize, (one, zero, one, zero, zero, m_after), xs,
-                                          reverse=True, unroll=_CHUNK_UNROLL)
-
-    def propagate(state, coeffs):
-        w_e, x_e = state
-        aw, bw, ax, gx, dx = coeffs
-        return (aw * w_e + bw, ax * x_e + gx * w_e + dx), state
-
-    coeffs = tuple(y.reshape(b, nc).T for y in (aw, bw, ax, gx, dx))
-    _, (w_end, x_end) = lax.scan(propagate, (init, jnp.zeros_like(init)), coeffs, reverse=True)
-
-    def body(carry, inp):
-        w_next, x_next, m_next = carry
-        r_t, v_t, m_t = inp
-        x_t = (jnp.where(m_next, gamma_lambda, 1.0) * x_next + r_t
-               + jnp.where(m_t, gamma * w_next - v_t, 0.0))
-        return (jnp.where(m_t, v_t, w_next), x_t, m_t), x_t
-
-    carry = (w_end.T.reshape(b * nc), x_end.T.reshape(b * nc), m_after)
-    _, x = lax.scan(body, carry, xs, reverse=True, unroll=_CHUNK_UNROLL)
-    return x.reshape(c, b, nc).transpose(1, 2, 0).reshape(b, nc * c)[:, pad:]
-
-
-# ----------------------------------------------------------------------------
 # GAE and discounted returns (tokens or turns).
-
-
-def _solve_gae(r, v, m, init, gamma, gamma_lambda, method):
-    """The masked GAE trace x [B, T] (advantages where m), for any method.
-
-    x_t = a_t x_{t+1} + r_t + [m_t] (gamma w_{t+1} - v_t), a_t = gamma_lambda if
-    m_{t+1} (virtual True at T) else 1; w_t = v_t if m_t else w_{t+1}; w_T = init.
-    """
-    dtype = r.dtype
-    if method == "serial":
-        # Fused single pass; carry (w, x, m_next): w = value at the first masked
-        # position after t, x = the trace, m_next = m_{t+1} (virtual True at T).
-        def body(carry, inp):
-            w_next, x_next, m_next = carry
-            r_t, v_t, m_t = inp
-            x_t = (jnp.where(m_next, gamma_lambda, 1.0) * x_next + r_t
-                   + jnp.where(m_t, gamma * w_next - v_t, 0.0))
-            return (jnp.where(m_t, v_t, w_next), x_t, m_t), x_t
-
-        init_carry = (init, jnp.zeros_like(init), jnp.ones(init.shape, bool))
-        _, x = lax.scan(body, init_carry, (r.T, v.T, m.T), reverse=True, unroll=_SCAN_UNROLL)
-        return x.T
-    if method == "chunked":
-        return _gae_chunked(r, v, m, init, gamma, gamma_lambda)
-    a_trace = jnp.where(_next_is_masked(m), gamma_lambda, 1.0).astype(dtype)
-    mf = m.astype(dtype)
-    w = _reverse_linear_recurrence(1.0 - mf, mf * v, init)
-    next_value = jnp.concatenate([w[:, 1:], init[:, None]], axis=1)
-    delta = r + jnp.where(m, gamma * next_value - v, 0.0)
-    return _reverse_linear_recurrence(a_trace, delta, jnp.zeros_like(init))
 
 
 def _gae(names, rewards, values, mask, gamma, lambda_, bootstrap_value, truncated, method):
@@ -225,7 +98,7 @@ def _gae(names, rewards, values, mask, gamma, lambda_, bootstrap_value, truncate
     v = jnp.asarray(values, dtype)
     m = jnp.asarray(mask).astype(bool)
     init = _boundary(bootstrap_value, truncated, dims, dtype)
-    x = _solve_gae(r, v, m, init, gamma, gamma * lambda_, method)
+    x = masked_gae_trace(r, v, m, init, gamma=gamma, gamma_lambda=gamma * lambda_, method=method)
     advantages = jnp.where(m, x, 0.0)
     returns = jnp.where(m, x + v, 0.0)
     return advantages, returns
@@ -240,7 +113,7 @@ def gae(
     lambda_: float,
     bootstrap_value: Array | None = None,
     truncated: Array | None = None,
-    method: str = "serial",
+    method: str = DEFAULT_METHOD,
 ) -> tuple[Array, Array]:
     """Token-level generalized advantage estimation with masked pass-through.
 
@@ -278,8 +151,8 @@ def gae(
         token; used for rows that are truncated.
       truncated: optional [B] bool; None with bootstrap_value bootstraps every
         row. Requires bootstrap_value.
-      method: "serial" (lax.scan), "associative" (lax.associative_scan) or
-        "chunked" (two-level lax.scan).
+      method: "chunked" (two-level lax.scan, the default), "serial" (lax.scan)
+        or "associative" (lax.associative_scan); see `jaxrl_agent.scans`.
 
     Returns:
       (advantages, returns), both [B, T] float32 (float64 for float64 input),
@@ -303,7 +176,7 @@ def step_gae(
     lambda_: float,
     bootstrap_value: Array | None = None,
     truncated: Array | None = None,
-    method: str = "serial",
+    method: str = "serial",  # S is small: serial is fastest on CPU (benchmarks)
 ) -> tuple[Array, Array]:
     """Step-level (per-turn) GAE: `gae`'s recurrence over turns.
 
@@ -341,7 +214,7 @@ def _discounted_returns(names, rewards, mask, gamma, bootstrap_value, truncated,
     m = jnp.asarray(mask).astype(bool)
     init = _boundary(bootstrap_value, truncated, dims, dtype)
     r = jnp.asarray(rewards, dtype)
-    x = _solve_gae(r, jnp.zeros_like(r), m, init, gamma, gamma, method)  # GAE, v = 0, lambda_ = 1
+    x = masked_discounted_returns(r, m, init, gamma=gamma, method=method)
     return jnp.where(m, x, 0.0)
 
 
@@ -352,7 +225,7 @@ def discounted_returns(
     gamma: float,
     bootstrap_value: Array | None = None,
     truncated: Array | None = None,
-    method: str = "serial",
+    method: str = DEFAULT_METHOD,
 ) -> Array:
     """Masked discounted returns over tokens (REINFORCE-style estimators).
 
@@ -382,7 +255,7 @@ def step_discounted_returns(
     gamma: float,
     bootstrap_value: Array | None = None,
     truncated: Array | None = None,
-    method: str = "serial",
+    method: str = "serial",  # S is small: serial is fastest on CPU (benchmarks)
 ) -> Array:
     """Discounted returns over turns: `discounted_returns` on [B, S] step arrays.
 
@@ -618,7 +491,7 @@ def whiten(x: Array, mask: Array, *, shift_mean: bool = True, eps: float = 1e-8)
 
 
 def reinforce_pp(
-    token_rewards: Array, loss_mask: Array, *, gamma: float = 1.0, method: str = "serial"
+    token_rewards: Array, loss_mask: Array, *, gamma: float = 1.0, method: str = DEFAULT_METHOD
 ) -> Array:
     """REINFORCE++ advantages: masked discounted token returns, whitened globally.
 

@@ -1,6 +1,9 @@
 """Tests for jaxrl_agent.advantages: hand-computed values, independent references,
 serial == associative, jit/vmap/grad, compile counts, bad input."""
 
+import functools
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +17,17 @@ METHODS = adv.METHODS
 
 def _np(x):
     return np.asarray(x)
+
+
+# Python-scalar arguments are static; one compilation per function, shapes and
+# static values, shared by all tests (eager op-by-op dispatch costs far more).
+STATIC = ("gamma", "lambda_", "method", "num_groups", "num_steps", "eps", "shift_mean")
+
+
+@functools.cache
+def jitted(fn):
+    names = [n for n in STATIC if n in inspect.signature(fn).parameters]
+    return jax.jit(fn, static_argnames=names)
 
 
 # ----------------------------------------------------------------------------
@@ -74,7 +88,7 @@ def test_gae_hand_computed_with_observation_token(method):
     r = jnp.array([[0.0, 0.0, 0.0, 1.0, 0.0]])
     v = jnp.array([[0.5, 0.4, 9.0, 0.3, 0.0]])
     m = jnp.array([[1, 1, 0, 1, 0]], bool)
-    a, ret = adv.gae(r, v, m, gamma=0.9, lambda_=0.8, method=method)
+    a, ret = jitted(adv.gae)(r, v, m, gamma=0.9, lambda_=0.8, method=method)
     np.testing.assert_allclose(_np(a), [[0.12928, 0.374, 0.0, 0.7, 0.0]], rtol=1e-5)
     np.testing.assert_allclose(_np(ret), [[0.62928, 0.774, 0.0, 1.0, 0.0]], rtol=1e-5)
     assert _np(a)[0, 2] == 0.0 and _np(ret)[0, 4] == 0.0
@@ -88,7 +102,7 @@ def test_gae_truncation_vs_termination(method):
     r = jnp.array([[0.0, 1.0], [0.0, 1.0]])
     v = jnp.array([[0.5, 0.6], [0.5, 0.6]])
     m = jnp.ones((2, 2), bool)
-    a, ret = adv.gae(r, v, m, gamma=0.9, lambda_=0.5, bootstrap_value=jnp.array([2.0, 2.0]),
+    a, ret = jitted(adv.gae)(r, v, m, gamma=0.9, lambda_=0.5, bootstrap_value=jnp.array([2.0, 2.0]),
                      truncated=jnp.array([True, False]), method=method)
     np.testing.assert_allclose(_np(a), [[1.03, 2.2], [0.22, 0.4]], rtol=1e-5)
     np.testing.assert_allclose(_np(ret), [[1.53, 2.8], [0.72, 1.0]], rtol=1e-5)
@@ -102,7 +116,7 @@ def test_gae_rewards_on_unmasked_tokens(method):
     r = jnp.array([[3.0, 0.0, 0.5, 1.0]])
     v = jnp.array([[5.0, 0.2, 7.0, 0.4]])
     m = jnp.array([[0, 1, 0, 1]], bool)
-    a, _ = adv.gae(r, v, m, gamma=1.0, lambda_=1.0, method=method)
+    a, _ = jitted(adv.gae)(r, v, m, gamma=1.0, lambda_=1.0, method=method)
     np.testing.assert_allclose(_np(a), [[0.0, 1.3, 0.0, 0.6]], rtol=1e-5)
 
 
@@ -120,14 +134,14 @@ def test_token_estimators_equal_compressed_episode(method):
     for row, pos in ((0, pos_full), (1, pos_del)):
         r[row, pos], v[row, pos], m[row, pos] = act_r, act_v, True
     boot = np.array([0.7, 0.7], np.float32)
-    a, ret = adv.gae(r, v, m, gamma=0.95, lambda_=0.9, bootstrap_value=boot, method=method)
+    a, ret = jitted(adv.gae)(r, v, m, gamma=0.95, lambda_=0.9, bootstrap_value=boot, method=method)
     np.testing.assert_allclose(_np(a)[0, pos_full], _np(a)[1, pos_del], rtol=1e-6)
     np.testing.assert_allclose(_np(ret)[0, pos_full], _np(ret)[1, pos_del], rtol=1e-6)
-    g = adv.discounted_returns(r, m, gamma=0.95, method=method)
+    g = jitted(adv.discounted_returns)(r, m, gamma=0.95, method=method)
     np.testing.assert_allclose(_np(g)[0, pos_full], _np(g)[1, pos_del], rtol=1e-6)
     # REINFORCE++ whitens over the batch, so compare each episode alone.
-    pp_full = adv.reinforce_pp(r[:1], m[:1], gamma=0.95, method=method)
-    pp_del = adv.reinforce_pp(r[1:], m[1:], gamma=0.95, method=method)
+    pp_full = jitted(adv.reinforce_pp)(r[:1], m[:1], gamma=0.95, method=method)
+    pp_del = jitted(adv.reinforce_pp)(r[1:], m[1:], gamma=0.95, method=method)
     np.testing.assert_allclose(_np(pp_full)[0, pos_full], _np(pp_del)[0, pos_del], rtol=1e-5)
 
 
@@ -138,7 +152,7 @@ def test_gae_random_vs_rlax_and_numpy(method):
     boot = rng.normal(size=5).astype(np.float32)
     trunc = np.array([True, False, True, False, True])
     boundary = np.where(trunc, boot, 0.0)
-    a, ret = adv.gae(r, v, m, gamma=0.97, lambda_=0.9, bootstrap_value=boot, truncated=trunc,
+    a, ret = jitted(adv.gae)(r, v, m, gamma=0.97, lambda_=0.9, bootstrap_value=boot, truncated=trunc,
                      method=method)
     ref_np = np_gae(r, v, m, 0.97, 0.9, boundary)
     ref_rlax = rlax_gae(r, v, m, 0.97, 0.9, boundary)
@@ -154,8 +168,8 @@ def test_methods_agree_relative_1e5():
     boot = rng.normal(size=6).astype(np.float32)
     outs = {}
     for method in METHODS:
-        a, ret = adv.gae(r, v, m, gamma=0.999, lambda_=0.97, bootstrap_value=boot, method=method)
-        g = adv.discounted_returns(r, m, gamma=0.999, bootstrap_value=boot, method=method)
+        a, ret = jitted(adv.gae)(r, v, m, gamma=0.999, lambda_=0.97, bootstrap_value=boot, method=method)
+        g = jitted(adv.discounted_returns)(r, m, gamma=0.999, bootstrap_value=boot, method=method)
         outs[method] = (a, ret, g)
     for method in ("associative", "chunked"):
         for x, y in zip(outs["serial"], outs[method]):
@@ -173,7 +187,7 @@ def test_discounted_returns_hand_computed(method):
     # Terminated: G2 = 2, G0 = 1 + .5 + .5*2 = 2.5. Truncated (boot 4): G2 = 2 + .5*4 = 4, G0 = 3.5.
     r = jnp.array([[1.0, 0.5, 2.0, 0.0]] * 2)
     m = jnp.array([[1, 0, 1, 0]] * 2, bool)
-    g = adv.discounted_returns(r, m, gamma=0.5, bootstrap_value=jnp.array([4.0, 4.0]),
+    g = jitted(adv.discounted_returns)(r, m, gamma=0.5, bootstrap_value=jnp.array([4.0, 4.0]),
                                truncated=jnp.array([False, True]), method=method)
     np.testing.assert_allclose(_np(g), [[2.5, 0, 2.0, 0], [3.5, 0, 4.0, 0]], rtol=1e-6)
 
@@ -185,13 +199,13 @@ def test_step_gae_and_returns_hand_computed(method):
     sr = jnp.array([[0.0, 1.0, 0.0]])
     sv = jnp.array([[0.5, 0.8, 0.0]])
     sm = jnp.array([[1, 1, 0]], bool)
-    a, ret = adv.step_gae(sr, sv, sm, gamma=0.9, lambda_=0.5, method=method)
+    a, ret = jitted(adv.step_gae)(sr, sv, sm, gamma=0.9, lambda_=0.5, method=method)
     np.testing.assert_allclose(_np(a), [[0.31, 0.2, 0.0]], rtol=1e-5)
     np.testing.assert_allclose(_np(ret), [[0.81, 1.0, 0.0]], rtol=1e-5)
     # Returns: terminated [.9, 1]; truncated with bootstrap 2: G1 = 2.8, G0 = 2.52.
-    g = adv.step_discounted_returns(sr, sm, gamma=0.9, method=method)
+    g = jitted(adv.step_discounted_returns)(sr, sm, gamma=0.9, method=method)
     np.testing.assert_allclose(_np(g), [[0.9, 1.0, 0.0]], rtol=1e-6)
-    g = adv.step_discounted_returns(sr, sm, gamma=0.9, bootstrap_value=jnp.array([2.0]),
+    g = jitted(adv.step_discounted_returns)(sr, sm, gamma=0.9, bootstrap_value=jnp.array([2.0]),
                                     truncated=jnp.array([True]), method=method)
     np.testing.assert_allclose(_np(g), [[2.52, 2.8, 0.0]], rtol=1e-6)
 
@@ -201,11 +215,11 @@ def test_step_values_and_broadcast_hand_computed():
     values = jnp.arange(10.0, 18.0)[None]
     step_ids = jnp.array([[-1, -1, 0, 0, 0, 1, 1, 1]])
     loss_mask = jnp.array([[0, 0, 1, 1, 0, 1, 1, 0]], bool)
-    sv = adv.step_values_from_token_values(values, step_ids, loss_mask, num_steps=3)
+    sv = jitted(adv.step_values_from_token_values)(values, step_ids, loss_mask, num_steps=3)
     np.testing.assert_array_equal(_np(sv), [[12.0, 15.0, 0.0]])  # turn 2 has no action
-    tok = adv.broadcast_step_advantages(jnp.array([[1.5, -2.0, 7.0]]), step_ids, loss_mask)
+    tok = jitted(adv.broadcast_step_advantages)(jnp.array([[1.5, -2.0, 7.0]]), step_ids, loss_mask)
     np.testing.assert_array_equal(_np(tok), [[0, 0, 1.5, 1.5, 0, -2.0, -2.0, 0]])
-    ep = adv.broadcast_episode_advantages(jnp.array([3.0]), loss_mask)
+    ep = jitted(adv.broadcast_episode_advantages)(jnp.array([3.0]), loss_mask)
     np.testing.assert_array_equal(_np(ep), [[0, 0, 3, 3, 0, 3, 3, 0]])
 
 
@@ -228,17 +242,17 @@ def _expect(values_by_row):
 
 
 def test_grpo_hand_computed():
-    a = adv.grpo(SCORES, GROUP_IDS, num_groups=5, mask=MASK, eps=1e-6)
+    a = jitted(adv.grpo)(SCORES, GROUP_IDS, num_groups=5, mask=MASK, eps=1e-6)
     s = 3.0 + 1e-6
     np.testing.assert_allclose(_np(a), _expect({1: -3.0 / s, 5: 0.0, 7: 3.0 / s}), rtol=1e-6)
     assert np.all(_np(a)[[0, 2, 3, 4, 6, 8, 9]] == 0.0)  # exactly 0
 
 
 def test_dr_grpo_and_rloo_hand_computed():
-    d = adv.dr_grpo(SCORES, GROUP_IDS, num_groups=5, mask=MASK)
+    d = jitted(adv.dr_grpo)(SCORES, GROUP_IDS, num_groups=5, mask=MASK)
     np.testing.assert_allclose(_np(d), _expect({1: -3.0, 7: 3.0}), rtol=1e-6)
     # Leave-one-out: 0 - (3+6)/2 = -4.5; 3 - (0+6)/2 = 0; 6 - (0+3)/2 = 4.5.
-    r = adv.rloo(SCORES, GROUP_IDS, num_groups=5, mask=MASK)
+    r = jitted(adv.rloo)(SCORES, GROUP_IDS, num_groups=5, mask=MASK)
     np.testing.assert_allclose(_np(r), _expect({1: -4.5, 7: 4.5}), rtol=1e-6)
     assert np.all(_np(d)[[0, 2, 3, 4, 6, 8, 9]] == 0.0)
     assert np.all(_np(r)[[0, 2, 3, 4, 6, 8, 9]] == 0.0)
@@ -249,8 +263,8 @@ def test_constant_group_is_exactly_zero_with_inexact_mean():
     s = jnp.full((3,), 0.1)
     g = jnp.zeros((3,), jnp.int32)
     for fn in (adv.grpo, adv.dr_grpo, adv.rloo):
-        assert np.all(_np(fn(s, g, num_groups=1)) == 0.0)
-    assert np.all(_np(adv.whiten(s, jnp.ones(3, bool))) == 0.0)
+        assert np.all(_np(jitted(fn)(s, g, num_groups=1)) == 0.0)
+    assert np.all(_np(jitted(adv.whiten)(s, jnp.ones(3, bool))) == 0.0)
 
 
 def test_whiten_hand_computed():
@@ -258,10 +272,10 @@ def test_whiten_hand_computed():
     x = jnp.array([1.0, 2.0, 3.0, 100.0])
     m = jnp.array([True, True, True, False])
     s = np.sqrt(1.0 + 1e-8)
-    np.testing.assert_allclose(_np(adv.whiten(x, m)), [-1 / s, 0, 1 / s, 0], rtol=1e-6)
-    np.testing.assert_allclose(_np(adv.whiten(x, m, shift_mean=False)),
+    np.testing.assert_allclose(_np(jitted(adv.whiten)(x, m)), [-1 / s, 0, 1 / s, 0], rtol=1e-6)
+    np.testing.assert_allclose(_np(jitted(adv.whiten)(x, m, shift_mean=False)),
                                [2 - 1 / s, 2, 2 + 1 / s, 0], rtol=1e-6)
-    assert np.all(_np(adv.whiten(x, jnp.zeros(4, bool))) == 0.0)  # all masked
+    assert np.all(_np(jitted(adv.whiten)(x, jnp.zeros(4, bool))) == 0.0)  # all masked
 
 
 def test_reinforce_pp_hand_computed():
@@ -269,7 +283,7 @@ def test_reinforce_pp_hand_computed():
     # mean .6, unbiased var (3*.16 + 2*.36)/4 = .3.
     r = jnp.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
     m = jnp.array([[1, 1, 1], [1, 1, 0]], bool)
-    a = adv.reinforce_pp(r, m, gamma=1.0)
+    a = jitted(adv.reinforce_pp)(r, m, gamma=1.0)
     hi, lo = 0.4 / np.sqrt(0.3 + 1e-8), -0.6 / np.sqrt(0.3 + 1e-8)
     np.testing.assert_allclose(_np(a), [[hi, hi, hi], [lo, lo, 0.0]], rtol=1e-5)
 
@@ -280,7 +294,7 @@ def test_reinforce_pp_baseline_hand_computed():
     scores = jnp.array([1.0, 0.0, 3.0])
     gid = jnp.array([0, 0, 1], jnp.int32)
     m = jnp.array([[1, 0], [1, 0], [1, 1]], bool)
-    a = adv.reinforce_pp_baseline(scores, gid, m, num_groups=2)
+    a = jitted(adv.reinforce_pp_baseline)(scores, gid, m, num_groups=2)
     x = 0.5 / np.sqrt(1 / 6 + 1e-8)
     np.testing.assert_allclose(_np(a), [[x, 0], [-x, 0], [0, 0]], rtol=1e-5, atol=1e-7)
 
@@ -292,19 +306,24 @@ def test_reinforce_pp_baseline_hand_computed():
 def test_jit_vmap_grad():
     rng = np.random.default_rng(3)
     r, v, m = _random_episode(rng, 3, 16)
-    for method in METHODS:
-        def f(r, v, m, method=method):
-            return adv.gae(r, v, m, gamma=0.9, lambda_=0.8, method=method)[0]
+    r2, v2, m2 = (np.stack([x, x[::-1]]) for x in (r, v, m))  # two different batches
 
-        @jax.jit
-        def vmapped_and_grad(r, v, m):
-            stacked = jax.vmap(f)(jnp.stack([r, r]), jnp.stack([v, v]), jnp.stack([m, m]))
-            return stacked, jax.grad(lambda v: jnp.sum(f(r, v, m) ** 2))(v)
+    @jax.jit
+    def all_methods(r2, v2, m2):  # grad through vmap; one compilation for the three methods
+        out = {}
+        for method in METHODS:
+            def loss(v2, method=method):
+                a = jax.vmap(lambda *x: adv.gae(*x, gamma=0.9, lambda_=0.8, method=method)[0])(r2, v2, m2)
+                return jnp.sum(a ** 2), a
+            out[method] = jax.grad(loss, has_aux=True)(v2)
+        return out
 
-        stacked, grad_v = vmapped_and_grad(r, v, m)
-        np.testing.assert_allclose(_np(stacked[1]), _np(jax.jit(f)(r, v, m)), rtol=1e-6)
+    for method, (grad_v, stacked) in all_methods(r2, v2, m2).items():
+        for i in range(2):
+            ref = np_gae(r2[i], v2[i], m2[i], 0.9, 0.8, np.zeros(3))
+            np.testing.assert_allclose(_np(stacked[i]), ref, rtol=1e-5, atol=1e-6, err_msg=method)
         assert np.all(np.isfinite(_np(grad_v)))
-        assert not np.any(_np(grad_v)[~m])  # values of unmasked tokens are never used
+        assert not np.any(_np(grad_v)[~m2])  # values of unmasked tokens are never used
 
     def loss(scores):
         return jnp.sum(adv.grpo(scores, GROUP_IDS, num_groups=5, mask=MASK) ** 2

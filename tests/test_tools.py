@@ -84,3 +84,12 @@ def test_a_raising_tool_becomes_an_error_result():
     assert not result.ok and "KeyError" in result.text and result.latency_s >= 0
     with pytest.raises(ToolError):
         Calculator().evaluate("x")
+
+
+def test_calculator_syntax_warning_is_a_tool_error_not_noise(recwarn):
+    """'3x' makes ast.parse emit a SyntaxWarning; it must become a ToolError, silently."""
+    from jaxrl_agent.environments.tools import Calculator, ToolError
+
+    with pytest.raises(ToolError, match="cannot parse"):
+        Calculator().evaluate("3x")
+    assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]

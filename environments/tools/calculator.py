@@ -15,6 +15,7 @@ every intermediate integer stays below 2**`max_bits` (so `9**9**9` or
 from __future__ import annotations
 
 import ast
+import warnings
 import math
 import operator
 
@@ -84,7 +85,11 @@ class Calculator(Tool):
         if len(expression) > self.max_chars:
             raise ToolError(f"expression too long ({len(expression)} chars > {self.max_chars})")
         try:
-            tree = ast.parse(expression.strip(), mode="eval")
+            with warnings.catch_warnings():  # e.g. "invalid decimal literal" for "3x": an error, not noise
+                warnings.simplefilter("error", SyntaxWarning)
+                tree = ast.parse(expression.strip(), mode="eval")
+        except SyntaxWarning as e:
+            raise ToolError(f"cannot parse expression: {e}")
         except (SyntaxError, ValueError) as e:
             raise ToolError(f"cannot parse expression: {e.msg if isinstance(e, SyntaxError) else e}")
         try:

@@ -31,8 +31,10 @@ class GenerationQueue:
         seed: when not None, call i gets SamplingParams.seed = seed + i
             (reproducible only under the same request order).
         lockstep: dispatch only when every live episode (see `register`) has a
-            request pending, groups in a fixed order and rows sorted by their
-            `order` key: batches, and with `seed` the sampled tokens, are then a
+            request pending, groups in a fixed order and rows sorted by
+            (requests the episode made before, its `order` key), so the oldest
+            turns go first and no episode starves when max_batch_size is below
+            the number of episodes: batches, and with `seed` the sampled tokens, are then a
             function of the episodes alone, not of thread timing (resumable,
             bit-reproducible runs). Needs all episodes registered up front,
             i.e. max_in_flight >= the number of episodes of one collect.
@@ -46,7 +48,8 @@ class GenerationQueue:
         self._rows_in_flight = 0
         self._max_batch_size = max_batch_size
         self._seed = seed
-        self._pending: dict[SamplingParams, list[tuple[list[int], asyncio.Future]]] = {}
+        self._pending: dict[SamplingParams, list[tuple[list[int], asyncio.Future, tuple]]] = {}
+        self._requests_per_order: dict[tuple, int] = {}  # lockstep: turns requested per episode
         self._has_work = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
         self._executor = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="generate")
@@ -67,10 +70,16 @@ class GenerationQueue:
                        order: tuple = ()) -> GenerateOutput:
         """Queues one prompt; returns its output once its batch has run.
 
-        `order` sorts rows within a batch in lockstep mode (e.g. (group, sample)).
+        `order` identifies the episode in lockstep mode (e.g. (group, sample));
+        rows are served by (its earlier requests, order).
         """
         fut = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(sampling, []).append((prompt_ids, fut, order))
+        key = order
+        if self._lockstep:
+            turn = self._requests_per_order.get(order, 0)
+            self._requests_per_order[order] = turn + 1
+            key = (turn, order)
+        self._pending.setdefault(sampling, []).append((prompt_ids, fut, key))
         self._has_work.set()
         return await fut
 

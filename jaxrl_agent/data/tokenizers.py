@@ -128,6 +128,7 @@ def train_debug_tokenizer(
     *,
     vocab_size: int = 512,
     special_tokens: Sequence[str] = SPECIAL_TOKENS,
+    merge_words: bool = False,
 ) -> Tokenizer:
     """Trains the byte-level BPE debug tokenizer (digits always single tokens).
 
@@ -137,6 +138,10 @@ def train_debug_tokenizer(
         vocab_size: V, total ids including the 256 byte symbols and the special
             tokens; must be in [300, 4096].
         special_tokens: tokens kept whole, ids 0..len-1 in this order.
+        merge_words: let BPE merges cross word boundaries (digits still stay
+            single tokens). On templated task text this turns whole recurring
+            phrases (the system prompt, tool-call JSON scaffolding) into a few
+            ids, cutting episode length ~4x for the CPU debug model.
 
     Returns:
         A `Tokenizer` with eos `<|im_end|>` and pad `<|endoftext|>`. The result
@@ -150,7 +155,7 @@ def train_debug_tokenizer(
     tok = tokenizers.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=not merge_words),
     ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

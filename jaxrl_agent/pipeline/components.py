@@ -126,7 +126,8 @@ def build_tokenizer(config, workdir: str) -> Tokenizer:
         texts.append(task.prompt)
         texts.append("\n".join(envs.gold_actions(task)))
     env.close()
-    tok = train_debug_tokenizer(texts, vocab_size=int(config.tokenizer.vocab_size))
+    tok = train_debug_tokenizer(texts, vocab_size=int(config.tokenizer.vocab_size),
+                                merge_words=bool(config.tokenizer.merge_words))
     tok.save(saved)
     return tok
 

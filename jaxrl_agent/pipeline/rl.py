@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_agent.agent.batcher import make_batch, power_of_two_buckets
@@ -99,6 +100,27 @@ class Learner:
         metrics["time/learner_s"] = time.perf_counter() - t0
         metrics["learner/tokens"] = float(np.asarray(batch.segment_ids).astype(bool).sum())
         return state, metrics
+
+
+def sync_weights(engine, params, model_cfg, version: int, export_dir: str) -> str:
+    """Hands the learner's params to the engine under weight_version str(version).
+
+    In-process engines (EmbeddedEngine) take a copy of the params pytree (the
+    learner donates its own buffers); HTTP engines (SGLang) get an HF
+    safetensors export written atomically under `export_dir`, then
+    pause -> update_weights_from_disk -> continue (SGLangClient.update_weights).
+    Returns "in-process" or the export path.
+    """
+    from jaxrl_agent.rollout.embedded import EmbeddedEngine
+
+    if isinstance(engine, EmbeddedEngine):
+        engine.update_weights(jax.tree.map(jnp.copy, params), str(version))
+        return "in-process"
+    from jaxrl_agent.rollout.weight_sync import export_for_engine
+
+    path = export_for_engine(params, model_cfg, export_dir, int(version))
+    engine.update_weights(path, str(version))
+    return path
 
 
 def policy_lag(trajs: Sequence[Trajectory], learner_version: int) -> int:

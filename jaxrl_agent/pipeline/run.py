@@ -25,7 +25,8 @@ from jaxrl_agent.learner.distributed import is_main_process, maybe_initialize_di
 from jaxrl_agent.learner.train_state import abstract_state, init_train_state
 from jaxrl_agent.pipeline import components as C
 from jaxrl_agent.pipeline.metrics import MetricsWriter, plot_learning_curve, read_metrics
-from jaxrl_agent.pipeline.rl import AsyncRollouts, Learner, batches, evaluate, policy_lag, rollout_metrics
+from jaxrl_agent.pipeline.rl import (AsyncRollouts, Learner, batches, evaluate, policy_lag, rollout_metrics,
+                                     sync_weights)
 from jaxrl_agent.pipeline.warmstart import demonstration_engine, run_warmstart
 
 PLOT_KEYS = ["rollout/success", "rollout/reward_mean", "learner/kl", "learner/entropy", "eval/test/success"]
@@ -68,6 +69,9 @@ def run_training(config, workdir: str) -> dict:
     os.makedirs(workdir, exist_ok=True)
     main = is_main_process()
     writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=main)
+    if main:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
     say = print if main else (lambda *a, **k: None)
     tok = C.build_tokenizer(config, workdir)
     seed = int(config.seed)
@@ -77,6 +81,7 @@ def run_training(config, workdir: str) -> dict:
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=int(config.train.keep_checkpoints))
     data_it = task_iterator(list(range(int(config.env.num_train_tasks))),
                             batch_size=int(config.rollout.tasks_per_iter), seed=seed)
+    export_dir = config.rollout.export_dir or os.path.join(workdir, "exports")
     latest = ckpt.latest_step()
     if latest is None:
         t0 = time.perf_counter()
@@ -86,6 +91,7 @@ def run_training(config, workdir: str) -> dict:
         state = init_train_state(model_cfg, hp, jax.random.key(seed + 1), mesh=mesh, params=params)
         ref = _copy(state.params) if hp.use_kl else None
         engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
+        sync_weights(engine, state.params, model_cfg, 0, export_dir)
         meta = {"iteration": 0, "data_iter": data_it.get_state(), "warmstart_s": time.perf_counter() - t0}
         with C.build_actor(config, engine, tok, temperature=0.0,
                            max_new_tokens=config.eval.max_new_tokens) as eval_actor:
@@ -100,7 +106,7 @@ def run_training(config, workdir: str) -> dict:
         state, ref = restored["state"], restored["ref"]
         data_it.set_state(meta["data_iter"])
         engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
-        engine.update_weights(_copy(state.params), str(meta["iteration"]))
+        sync_weights(engine, state.params, model_cfg, int(meta["iteration"]), export_dir)
         say(f"resumed from {ckpt.directory} at iteration {meta['iteration']}")
     say("held-out before RL: " + ", ".join(f"{k}={v:.3f}" for k, v in meta["eval_before"].items()
                                            if k.endswith("success")))
@@ -139,7 +145,7 @@ def run_training(config, workdir: str) -> dict:
             new_state, metrics = learner.update(state, trajs, ref)
             state = new_state
             t_sync = time.perf_counter()
-            engine.update_weights(_copy(state.params), str(it + 1))
+            sync_weights(engine, state.params, model_cfg, it + 1, export_dir)
             metrics.update(rollout_metrics(trajs, "rollout"))
             wall = time.perf_counter() - t_iter
             metrics.update({"time/rollout_s": rollout_s, "time/weight_sync_s": time.perf_counter() - t_sync,
