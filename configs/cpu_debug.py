@@ -44,6 +44,7 @@ def get_config() -> config_dict.ConfigDict:
     c.rollout.max_total_tokens = 256  # per-episode context budget (truncates)
     c.rollout.max_in_flight = 256  # episodes running at once
     c.rollout.export_dir = ""  # weight-sync directory for sglang ("" = workdir/exports)
+    c.rollout.export_dtype = ""  # storage dtype of weight-sync exports ("" = param dtype; "bfloat16" for bf16 servers)
 
     c.warmstart = config_dict.ConfigDict()
     c.warmstart.steps = 160  # SFT steps on gold demonstrations (0 skips the stage)
@@ -86,4 +87,6 @@ def get_config() -> config_dict.ConfigDict:
     c.eval.num_tasks = 100  # held-out tasks per split
     c.eval.splits = ("test",)  # splits evaluated before and after RL
     c.eval.max_new_tokens = 24  # per-turn cap (greedy decoding)
+    c.eval.temperature = 1.0  # "sampled" eval mode: the training temperature
+    c.eval.samples_per_task = 4  # "sampled" eval: episodes per task (0 = greedy eval only)
     return c

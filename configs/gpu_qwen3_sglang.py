@@ -75,6 +75,7 @@ def get_config() -> config_dict.ConfigDict:
     c.rollout.max_total_tokens = 8192  # per-episode context budget (truncates)
     c.rollout.max_in_flight = 512  # episodes running at once (spread over the servers)
     c.rollout.export_dir = ""  # weight-sync exports the servers read ("" = workdir/exports)
+    c.rollout.export_dtype = "bfloat16"  # storage dtype of weight-sync exports ("" = param dtype; "bfloat16" for bf16 servers)
 
     c.warmstart = config_dict.ConfigDict()
     c.warmstart.steps = 0  # no SFT warm-start: Qwen3 already follows the tool-call format
@@ -118,4 +119,6 @@ def get_config() -> config_dict.ConfigDict:
     c.eval.num_tasks = 200  # held-out tasks per split (the calculator's test/ood splits hold 200)
     c.eval.splits = ("test", "ood")  # splits evaluated before and after RL
     c.eval.max_new_tokens = 1024  # per-turn cap (greedy decoding)
+    c.eval.temperature = 1.0  # "sampled" eval mode: the training temperature
+    c.eval.samples_per_task = 4  # "sampled" eval: episodes per task (0 = greedy eval only)
     return c

@@ -73,6 +73,7 @@ def get_config() -> config_dict.ConfigDict:
     c.rollout.max_total_tokens = 4096  # per-episode context budget (truncates)
     c.rollout.max_in_flight = 256  # episodes running at once (decode batches of up to 128)
     c.rollout.export_dir = ""  # unused with the embedded engine (no weight export)
+    c.rollout.export_dtype = ""  # storage dtype of weight-sync exports ("" = param dtype; "bfloat16" for bf16 servers)
 
     c.warmstart = config_dict.ConfigDict()
     c.warmstart.steps = 0  # no SFT warm-start: Qwen3 already follows the tool-call format
@@ -116,4 +117,6 @@ def get_config() -> config_dict.ConfigDict:
     c.eval.num_tasks = 200  # held-out tasks per split (the calculator's test/ood splits hold 200)
     c.eval.splits = ("test", "ood")  # splits evaluated before and after RL
     c.eval.max_new_tokens = 512  # per-turn cap (greedy decoding)
+    c.eval.temperature = 1.0  # "sampled" eval mode: the training temperature
+    c.eval.samples_per_task = 4  # "sampled" eval: episodes per task (0 = greedy eval only)
     return c

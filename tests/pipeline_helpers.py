@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
-from typing import Any
+from typing import Any, Iterator
 
+import jax
+import pytest
 from ml_collections import config_dict
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,3 +96,53 @@ def checkpoint_steps(workdir: str) -> list[int]:
     if not os.path.isdir(root):
         return []
     return sorted(int(d) for d in os.listdir(root) if d.isdigit())
+
+
+# Every run_training call builds fresh jitted closures (learner, SFT step,
+# engine), so each run would recompile everything; the persistent compilation
+# cache turns those recompiles (and the CLI subprocesses' ones) into disk reads.
+CACHE_MIN_COMPILE_S = 0.1
+
+
+@pytest.fixture(scope="session")
+def jax_cache_dir(tmp_path_factory) -> Iterator[str]:
+    """A JAX persistent compilation cache shared by the main-job tests.
+
+    Set for this process (restored afterwards) and exported in env for
+    subprocesses via `subprocess_env()`. The path is the same for every test
+    module of a pytest session, so later modules hit earlier compilations.
+    """
+    from jax.experimental.compilation_cache import compilation_cache
+
+    path = str(tmp_path_factory.getbasetemp() / "jax_compilation_cache")
+    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_S)
+    compilation_cache.reset_cache()  # re-read the settings even if something compiled before
+    yield path
+    jax.config.update("jax_compilation_cache_dir", before[0])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+    compilation_cache.reset_cache()
+
+
+def subprocess_env(cache_dir: str) -> dict[str, str]:
+    """os.environ (8 fake CPU devices from conftest) plus the shared compilation cache."""
+    env = dict(os.environ)
+    env["JAX_COMPILATION_CACHE_DIR"] = cache_dir
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(CACHE_MIN_COMPILE_S)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def assert_finite_rl_rows(rows: list[dict], iterations: int) -> list[dict]:
+    """The RL rows of a sync run: one per iteration 1..iterations, each with a
+    finite loss, rollout rewards and zero policy lag. Returns them."""
+    rl = rl_rows(rows)
+    assert [r["step"] for r in rl] == list(range(1, iterations + 1))
+    for r in rl:
+        assert math.isfinite(r["learner/loss"]) and math.isfinite(r["learner/grad_norm"]), r
+        assert math.isfinite(r["rollout/reward_mean"]) and 0.0 <= r["rollout/success"] <= 1.0, r
+        # Sync mode: iteration i rolls out with weights version i, which the
+        # engine received at the end of iteration i - 1 (version 0 = warm start).
+        assert r["async/policy_lag"] == 0, r
+    return rl

@@ -61,7 +61,7 @@ def test_eval_main_prints_table_and_writes_json(run_dir, parse_flags, capsys):
     report = json.load(open(os.path.join(workdir, "eval_1.json")))
     assert report["step"] == 1 and report["iteration"] == 1
     assert report["checkpoint"] == os.path.join(workdir, "checkpoints", "1")
-    assert list(report["splits"]) == ["test", "ood"]
+    assert list(report["splits"]) == ["test/greedy", "ood/greedy", "test/sampled", "ood/sampled"]
     for split, row in report["splits"].items():
         assert row["num_tasks"] == 4
         for key, _, _ in TABLE_COLUMNS:
@@ -70,9 +70,10 @@ def test_eval_main_prints_table_and_writes_json(run_dir, parse_flags, capsys):
         assert f"\n{split} " in out
     assert "tool calls/ep" in out and "latency s/ep" in out and "eval_1.json" in out
     # Greedy decoding of the restored checkpoint reproduces the run's own final evaluation.
-    test = report["splits"]["test"]
-    for key in ("success", "reward_mean", "tokens_per_episode", "tool_calls_per_episode"):
-        assert test[key] == pytest.approx(summary["after"][f"eval/test/{key}"]), key
+    for mode in ("greedy", "sampled"):  # sampled eval is seeded: also reproducible
+        test = report["splits"][f"test/{mode}"]
+        for key in ("success", "reward_mean", "tokens_per_episode", "tool_calls_per_episode"):
+            assert test[key] == pytest.approx(summary["after"][f"eval/test/{mode}/{key}"]), (mode, key)
 
 
 @pytest.mark.slow
@@ -83,10 +84,11 @@ def test_checkpoint_by_path_and_output_flag(run_dir, tmp_path, parse_flags, caps
                 "--splits=test", f"--output={output}", "--mesh_shape=-1,1,1")
     eval_main.main(["eval"])
     report = json.load(open(output))
-    assert report["step"] == 0 and report["splits"]["test"]["num_tasks"] == 4
-    assert report["splits"]["test"]["success"] == pytest.approx(summary["before"]["eval/test/success"])
+    assert report["step"] == 0 and report["splits"]["test/greedy"]["num_tasks"] == 4
+    assert report["splits"]["test/greedy"]["success"] == pytest.approx(
+        summary["before"]["eval/test/greedy/success"])
     table = capsys.readouterr().out.splitlines()
-    assert table[1].split()[:3] == ["split", "tasks", "success"] and table[3].split()[:2] == ["test", "4"]
+    assert table[1].split()[:3] == ["split", "tasks", "success"] and table[3].split()[:2] == ["test/greedy", "4"]
     assert format_table(report).splitlines()[1:] == table[1:4]
     with pytest.raises(EvalInputError, match=r"checkpoint step 7 not found in .*checkpoints; available: \[0, 1\]"):
         resolve_checkpoint(workdir, "7")

@@ -121,13 +121,14 @@ def _check_one_iteration(workdir: str):
     with Checkpointer(os.path.join(workdir, "checkpoints"), create=False) as ckpt:
         assert ckpt.all_steps() == [0, 1]
     summary = json.load(open(os.path.join(workdir, "summary.json")))
-    assert summary["iterations"] == 1 and "eval/test/success" in summary["after"]
+    assert summary["iterations"] == 1 and "eval/test/greedy/success" in summary["after"]
     # The eval entry point restores the step-1 checkpoint (HF-dir model config, the
     # config's own mesh) and, greedy, reproduces the run's final evaluation.
     report = evaluate_checkpoint(workdir, splits=["test"])
-    assert report["step"] == 1 and report["splits"]["test"]["num_tasks"] == 2
+    assert report["step"] == 1 and report["splits"]["test/greedy"]["num_tasks"] == 2
     for key in ("success", "tokens_per_episode", "tool_calls_per_episode"):
-        assert report["splits"]["test"][key] == pytest.approx(summary["after"][f"eval/test/{key}"]), key
+        assert report["splits"]["test/greedy"][key] == pytest.approx(
+            summary["after"][f"eval/test/greedy/{key}"]), key
 
 
 @pytest.mark.slow

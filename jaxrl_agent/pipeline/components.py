@@ -52,7 +52,7 @@ def learner_hparams(config, total_updates: int) -> hparams_lib.LearnerHParams:
 def validate(config) -> None:
     """Start-up checks of the fields the library does not check itself."""
     if config.env.id not in gym.registry:
-        _fail("env.id", f"{config.env.id!r} is not registered; expected one of {sorted(envs.ENV_IDS.values())}")
+        _fail("env.id", f"{config.env.id!r} is not registered; expected one of {sorted(envs.ENV_IDS)}")
     if config.rollout.engine not in ENGINES:
         _fail("rollout.engine", f"unknown engine {config.rollout.engine!r}; expected one of {list(ENGINES)}")
     if config.rollout.engine == "sglang" and not config.rollout.sglang_urls:

@@ -28,7 +28,7 @@ from jaxrl_agent.learner.mesh import make_mesh
 from jaxrl_agent.learner.train_state import abstract_state
 from jaxrl_agent.models.config import ModelConfig
 from jaxrl_agent.pipeline import components as C
-from jaxrl_agent.pipeline.rl import evaluate
+from jaxrl_agent.pipeline.rl import eval_modes, evaluate_policy
 
 # Columns of the printed table: (metric key, header, format).
 TABLE_COLUMNS = (
@@ -197,16 +197,16 @@ def evaluate_checkpoint(workdir: str, *, checkpoint: str | int | None = None,
     del params
     report = {"workdir": os.path.abspath(workdir), "checkpoint": os.path.join(ckpt_root, str(step)),
               "step": step, "iteration": meta.get("iteration"), "env_id": config.env.id,
-              "decoding": "greedy (temperature 0)", "max_new_tokens": int(config.eval.max_new_tokens),
+              "decoding": "greedy (T=0) and sampled (config.eval.temperature)", "max_new_tokens": int(config.eval.max_new_tokens),
               "splits": {}}
-    with C.build_actor(config, engine, tok, temperature=0.0,
-                       max_new_tokens=config.eval.max_new_tokens) as actor:
+    metrics = evaluate_policy(config, engine, tok, prefix="eval", splits=splits)
+    for mode, temperature, samples in eval_modes(config):
         for split in splits:
-            n = min(int(config.eval.num_tasks), len(C.split_tasks(config, split)))
-            metrics = evaluate(actor, C.episode_specs(config, split, range(n)), prefix=split)
-            row = {k.split("/", 1)[1]: v for k, v in metrics.items()}
-            row["num_tasks"] = n
-            report["splits"][split] = row
+            head = f"eval/{split}/{mode}/"
+            row = {k[len(head):]: v for k, v in metrics.items() if k.startswith(head)}
+            row["num_tasks"] = min(int(config.eval.num_tasks), len(C.split_tasks(config, split)))
+            row["temperature"], row["samples_per_task"] = temperature, samples
+            report["splits"][f"{split}/{mode}"] = row
     return report
 
 

@@ -53,12 +53,49 @@ def rollout_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float
     }
 
 
-def evaluate(actor, specs: Sequence[Any], *, prefix: str) -> dict[str, float]:
-    """Runs one episode per spec with `actor` (greedy in eval) and summarizes it."""
+def evaluate(actor, specs: Sequence[Any], *, prefix: str, samples_per_task: int = 1) -> dict[str, float]:
+    """Runs `samples_per_task` episodes per spec with `actor` and summarizes them."""
     t0 = time.perf_counter()
-    trajs = actor.collect(list(specs), num_samples_per_task=1)
+    trajs = actor.collect(list(specs), num_samples_per_task=samples_per_task)
     out = rollout_metrics(trajs, prefix)
     out[f"{prefix}/wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def eval_modes(config) -> list[tuple[str, float, int]]:
+    """(name, temperature, samples per task) of each evaluation protocol.
+
+    "greedy": temperature 0, one episode per task. "sampled": the training
+    temperature config.eval.temperature, config.eval.samples_per_task episodes
+    per task (mean success = pass@1 under sampling); skipped when that is 0.
+    """
+    modes = [("greedy", 0.0, 1)]
+    if int(config.eval.samples_per_task) > 0:
+        modes.append(("sampled", float(config.eval.temperature), int(config.eval.samples_per_task)))
+    return modes
+
+
+def evaluate_policy(config, engine, tokenizer, *, prefix: str = "eval", splits: Sequence[str] | None = None,
+                    num_tasks: int | None = None) -> dict[str, float]:
+    """Held-out evaluation of the engine's current weights on each split and mode.
+
+    Keys are `{prefix}/{split}/{mode}/{metric}` (see eval_modes, rollout_metrics).
+    Tasks are the first min(num_tasks, split size) of each split; sampling is
+    seeded from config.seed, so an evaluation is reproducible.
+    """
+    from jaxrl_agent.pipeline import components as C
+
+    out: dict[str, float] = {}
+    splits = tuple(config.eval.splits if splits is None else splits)
+    for mode, temperature, samples in eval_modes(config):
+        with C.build_actor(config, engine, tokenizer, temperature=temperature,
+                           max_new_tokens=config.eval.max_new_tokens) as actor:
+            actor.seed = int(config.seed) * 7_919 + 17
+            for split in splits:
+                n = min(int(config.eval.num_tasks if num_tasks is None else num_tasks),
+                        len(C.split_tasks(config, split)))
+                specs = C.episode_specs(config, split, range(n))
+                out.update(evaluate(actor, specs, prefix=f"{prefix}/{split}/{mode}", samples_per_task=samples))
     return out
 
 
@@ -94,21 +131,25 @@ class Learner:
         t0 = time.perf_counter()
         batch = make_batch(trajs, token_buckets=self.token_buckets, step_buckets=(self.max_turns,),
                            batch_multiple=self.batch_multiple, pad_id=self.pad_id)
-        train_batch = self.compute_advantages(state, batch, ref_params)
+        train_batch = jax.block_until_ready(self.compute_advantages(state, batch, ref_params))
+        t1 = time.perf_counter()
         state, metrics = self.train_step(state, train_batch)
         metrics = {f"learner/{k}": float(v) for k, v in jax.device_get(metrics).items()}
-        metrics["time/learner_s"] = time.perf_counter() - t0
+        metrics["time/advantages_s"] = t1 - t0  # batching + logprob/value recompute + estimator
+        metrics["time/learner_s"] = time.perf_counter() - t1
         metrics["learner/tokens"] = float(np.asarray(batch.segment_ids).astype(bool).sum())
         return state, metrics
 
 
-def sync_weights(engine, params, model_cfg, version: int, export_dir: str) -> str:
+def sync_weights(engine, params, model_cfg, version: int, export_dir: str,
+                 export_dtype: str | None = None) -> str:
     """Hands the learner's params to the engine under weight_version str(version).
 
     In-process engines (EmbeddedEngine) take a copy of the params pytree (the
     learner donates its own buffers); HTTP engines (SGLang) get an HF
     safetensors export written atomically under `export_dir`, then
     pause -> update_weights_from_disk -> continue (SGLangClient.update_weights).
+    `export_dtype` (e.g. "bfloat16") is the storage dtype of the export.
     Returns "in-process" or the export path.
     """
     from jaxrl_agent.rollout.embedded import EmbeddedEngine
@@ -118,7 +159,7 @@ def sync_weights(engine, params, model_cfg, version: int, export_dir: str) -> st
         return "in-process"
     from jaxrl_agent.rollout.weight_sync import export_for_engine
 
-    path = export_for_engine(params, model_cfg, export_dir, int(version))
+    path = export_for_engine(params, model_cfg, export_dir, int(version), dtype=export_dtype)
     engine.update_weights(path, str(version))
     return path
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 
 import jax
@@ -25,24 +27,17 @@ from jaxrl_agent.learner.distributed import is_main_process, maybe_initialize_di
 from jaxrl_agent.learner.train_state import abstract_state, init_train_state
 from jaxrl_agent.pipeline import components as C
 from jaxrl_agent.pipeline.metrics import MetricsWriter, plot_learning_curve, read_metrics
-from jaxrl_agent.pipeline.rl import (AsyncRollouts, Learner, batches, evaluate, policy_lag, rollout_metrics,
-                                     sync_weights)
+from jaxrl_agent.pipeline.rl import (AsyncRollouts, Learner, batches, eval_modes, evaluate_policy, policy_lag,
+                                     rollout_metrics, sync_weights)
 from jaxrl_agent.pipeline.warmstart import demonstration_engine, run_warmstart
 
-PLOT_KEYS = ["rollout/success", "rollout/reward_mean", "learner/kl", "learner/entropy", "eval/test/success"]
+PLOT_KEYS = ["rollout/success", "rollout/reward_mean", "learner/entropy", "learner/clipfrac",
+             "eval/test/greedy/success", "eval/test/sampled/success"]
 
 
 def _copy(tree):
     """A fresh copy for the engine: the learner donates its own buffers."""
     return jax.tree.map(jnp.copy, tree)
-
-
-def _eval_all(config, actor, prefix: str) -> dict:
-    out = {}
-    for split in config.eval.splits:
-        specs = C.episode_specs(config, split, range(int(config.eval.num_tasks)))
-        out.update(evaluate(actor, specs, prefix=f"{prefix}/{split}"))
-    return out
 
 
 def _warmstart(config, params, model_cfg, tok, log):
@@ -61,9 +56,37 @@ def _warmstart(config, params, model_cfg, tok, log):
                          max_turns=int(config.env.max_turns), pad_id=tok.pad_id, log=log)
 
 
+class _StopRequest:
+    """First Ctrl-C (SIGINT) sets `requested`: the RL loop finishes the current
+    iteration, checkpoints it and exits 130. A second Ctrl-C raises
+    KeyboardInterrupt at once (no checkpoint). Only the main thread can install
+    a signal handler; elsewhere this is inert."""
+
+    def __init__(self, say):
+        self.requested, self._say, self._old = False, say, None
+
+    def __enter__(self) -> "_StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self._say("\nCtrl-C: checkpointing after this iteration (Ctrl-C again to quit without saving)",
+                  flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
 def run_training(config, workdir: str) -> dict:
     """Runs (or resumes) the job in `workdir`; returns the final summary dict."""
     C.validate(config)
+    iterations = int(config.train.iterations)
+    hp = C.learner_hparams(config, iterations * config.learner.ppo_epochs * config.learner.num_minibatches)
     maybe_initialize_distributed()
     mesh = C.build_mesh(config)
     os.makedirs(workdir, exist_ok=True)
@@ -76,12 +99,11 @@ def run_training(config, workdir: str) -> dict:
     tok = C.build_tokenizer(config, workdir)
     seed = int(config.seed)
     model_cfg, params = C.load_model(config, tok, jax.random.key(seed))
-    iterations = int(config.train.iterations)
-    hp = C.learner_hparams(config, iterations * config.learner.ppo_epochs * config.learner.num_minibatches)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=int(config.train.keep_checkpoints))
     data_it = task_iterator(list(range(int(config.env.num_train_tasks))),
                             batch_size=int(config.rollout.tasks_per_iter), seed=seed)
     export_dir = config.rollout.export_dir or os.path.join(workdir, "exports")
+    export_dtype = config.rollout.export_dtype or None
     latest = ckpt.latest_step()
     if latest is None:
         t0 = time.perf_counter()
@@ -91,11 +113,9 @@ def run_training(config, workdir: str) -> dict:
         state = init_train_state(model_cfg, hp, jax.random.key(seed + 1), mesh=mesh, params=params)
         ref = _copy(state.params) if hp.use_kl else None
         engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
-        sync_weights(engine, state.params, model_cfg, 0, export_dir)
+        sync_weights(engine, state.params, model_cfg, 0, export_dir, export_dtype)
         meta = {"iteration": 0, "data_iter": data_it.get_state(), "warmstart_s": time.perf_counter() - t0}
-        with C.build_actor(config, engine, tok, temperature=0.0,
-                           max_new_tokens=config.eval.max_new_tokens) as eval_actor:
-            meta["eval_before"] = _eval_all(config, eval_actor, "eval")
+        meta["eval_before"] = evaluate_policy(config, engine, tok)
         writer.write(0, meta["eval_before"])
         ckpt.save(0, {"state": state, "ref": ref}, metadata=meta, force=True)
     else:
@@ -106,7 +126,7 @@ def run_training(config, workdir: str) -> dict:
         state, ref = restored["state"], restored["ref"]
         data_it.set_state(meta["data_iter"])
         engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
-        sync_weights(engine, state.params, model_cfg, int(meta["iteration"]), export_dir)
+        sync_weights(engine, state.params, model_cfg, int(jax.device_get(state.step)), export_dir, export_dtype)
         say(f"resumed from {ckpt.directory} at iteration {meta['iteration']}")
     say("held-out before RL: " + ", ".join(f"{k}={v:.3f}" for k, v in meta["eval_before"].items()
                                            if k.endswith("success")))
@@ -129,47 +149,54 @@ def run_training(config, workdir: str) -> dict:
         rollouts = AsyncRollouts(lambda ids: collect(ids), batches(data_it))
     it, dropped = start, 0
     bar = tqdm(range(start, iterations), initial=start, total=iterations, desc="RL", disable=not main)
+
+    def checkpoint(done: int) -> None:
+        meta.update(iteration=done, data_iter=data_it.get_state())
+        ckpt.save(done, {"state": state, "ref": ref}, metadata=meta, force=True)
+
+    # Ctrl-C is acted on between iterations only: inside one, the learner has
+    # donated `state` and the engine may hold newer weights than the checkpoint.
     try:
-        for it in bar:
-            iter_state = data_it.get_state()
-            t_iter = time.perf_counter()
-            if rollouts is None:
-                trajs, rollout_s = collect(next(data_it), it)
-            else:
-                trajs, rollout_s = rollouts.get()
-            lag = policy_lag(trajs, it)
-            if rollouts is not None and lag > config.train.max_policy_lag and config.train.stale_policy == "drop":
-                dropped += 1
-                writer.write(it, {"async/dropped_batches": dropped, "async/policy_lag": lag})
-                continue
-            new_state, metrics = learner.update(state, trajs, ref)
-            state = new_state
-            t_sync = time.perf_counter()
-            sync_weights(engine, state.params, model_cfg, it + 1, export_dir)
-            metrics.update(rollout_metrics(trajs, "rollout"))
-            wall = time.perf_counter() - t_iter
-            metrics.update({"time/rollout_s": rollout_s, "time/weight_sync_s": time.perf_counter() - t_sync,
-                            "time/iteration_s": wall, "async/policy_lag": lag,
-                            "throughput/tokens_per_s": metrics["learner/tokens"] / wall})
-            writer.write(it + 1, metrics)
-            bar.set_postfix(success=f"{metrics['rollout/success']:.2f}", reward=f"{metrics['rollout/reward_mean']:.2f}")
-            if (it + 1) % config.train.checkpoint_every == 0 or it + 1 == iterations:
-                meta.update(iteration=it + 1, data_iter=data_it.get_state())
-                ckpt.save(it + 1, {"state": state, "ref": ref}, metadata=meta, force=True)
-    except KeyboardInterrupt:
-        meta.update(iteration=it, data_iter=iter_state)
-        ckpt.save(it, {"state": state, "ref": ref}, metadata=meta, force=True)
-        ckpt.wait()
-        say(f"\ninterrupted: checkpoint saved at iteration {it} in {ckpt.directory}")
-        raise SystemExit(130)
+        with _StopRequest(say) as stop:
+            for it in bar:
+                saved = False
+                t_iter = time.perf_counter()
+                if rollouts is None:
+                    trajs, rollout_s = collect(next(data_it), it)
+                else:
+                    trajs, rollout_s = rollouts.get()
+                version = int(jax.device_get(state.step))  # weight_version the engine serves now
+                lag = policy_lag(trajs, version)
+                if rollouts is not None and lag > config.train.max_policy_lag and config.train.stale_policy == "drop":
+                    dropped += 1
+                    writer.write(it, {"async/dropped_batches": dropped, "async/policy_lag": lag})
+                else:
+                    state, metrics = learner.update(state, trajs, ref)
+                    t_sync = time.perf_counter()
+                    sync_weights(engine, state.params, model_cfg, version + 1, export_dir, export_dtype)
+                    metrics.update(rollout_metrics(trajs, "rollout"))
+                    wall = time.perf_counter() - t_iter
+                    metrics.update({"time/rollout_s": rollout_s, "time/weight_sync_s": time.perf_counter() - t_sync,
+                                    "time/iteration_s": wall, "async/policy_lag": lag,
+                                    "throughput/tokens_per_s": metrics["learner/tokens"] / wall})
+                    writer.write(it + 1, metrics)
+                    bar.set_postfix(success=f"{metrics['rollout/success']:.2f}",
+                                    reward=f"{metrics['rollout/reward_mean']:.2f}")
+                    if (it + 1) % config.train.checkpoint_every == 0 or it + 1 == iterations:
+                        checkpoint(it + 1)
+                        saved = True
+                if stop.requested:
+                    if not saved:
+                        checkpoint(it + 1)
+                    ckpt.wait()
+                    say(f"\ninterrupted: checkpoint saved at iteration {it + 1} in {ckpt.directory}")
+                    raise SystemExit(130)
     finally:
         if rollouts is not None:
             rollouts.close()
         bar.close()
     ckpt.wait()
-    with C.build_actor(config, engine, tok, temperature=0.0,
-                       max_new_tokens=config.eval.max_new_tokens) as eval_actor:
-        after = _eval_all(config, eval_actor, "eval")
+    after = evaluate_policy(config, engine, tok)
     writer.write(iterations, after)
     summary = {"before": meta["eval_before"], "after": after, "iterations": iterations}
     if main:
@@ -178,9 +205,11 @@ def run_training(config, workdir: str) -> dict:
         plot_learning_curve(read_metrics(writer.logdir), PLOT_KEYS, os.path.join(workdir, "learning_curve.png"),
                             title=f"{config.env.id}: RL ({config.learner.estimator}/{config.learner.policy_loss})")
         for split in config.eval.splits:
-            b, a = meta["eval_before"][f"eval/{split}/success"], after[f"eval/{split}/success"]
-            say(f"held-out {split} success: before RL {100 * b:.1f}%  after RL {100 * a:.1f}%  "
-                f"({100 * (a - b):+.1f} points)")
+            for mode, _, _ in eval_modes(config):
+                key = f"eval/{split}/{mode}/success"
+                b, a = meta["eval_before"][key], after[key]
+                say(f"held-out {split} success ({mode}): before RL {100 * b:.1f}%  after RL {100 * a:.1f}%  "
+                    f"({100 * (a - b):+.1f} points)")
     writer.close()
     ckpt.close()
     actor.close()

@@ -1,0 +1,70 @@
+"""Invalid main-job configs fail at start-up, before heavy work, with the field named."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jaxrl_agent.learner.hparams import ESTIMATORS
+from jaxrl_agent.pipeline.components import ConfigError
+from jaxrl_agent.pipeline.run import run_training
+from pipeline_helpers import REPO, set_field, tiny_config
+
+
+def _fails(tmp_path, overrides: dict, new_fields: dict | None = None) -> str:
+    """The ConfigError message of run_training on tiny_config(**overrides) (+ new, unlocked fields).
+
+    Also checks that nothing heavy ran: no tokenizer trained, no checkpoint written.
+    """
+    config = tiny_config(**overrides)
+    with config.unlocked():
+        for key, value in (new_fields or {}).items():
+            set_field(config, key, value)
+    workdir = tmp_path / "run"
+    with pytest.raises(ConfigError) as err:
+        run_training(config, str(workdir))
+    assert not (workdir / "tokenizer").exists() and not (workdir / "checkpoints").exists()
+    return str(err.value)
+
+
+@pytest.mark.parametrize("overrides, new_fields, pattern", [
+    ({"learner.estimator": "nope"}, None, r"config\.learner\.estimator: unknown value 'nope'; expected one of "),
+    ({}, {"learner.clip_ratio": 0.2}, r"config\.learner\.clip_ratio: unknown field; expected one of .*'clip_low'"),
+    ({"mesh.shape": (3, 1, 1)}, None, r"config\.mesh\.shape: .*\(3, 1, 1\).*8 devices"),
+    ({"rollout.tasks_per_iter": 3, "rollout.samples_per_task": 2}, None,
+     r"config\.rollout\.tasks_per_iter: .*6 episodes is not divisible by the data-parallel size 8"),
+    ({"env.id": "jaxrl_agent/NoSuchEnv-v0"}, None,
+     r"config\.env\.id: 'jaxrl_agent/NoSuchEnv-v0' is not registered; expected one of \[.*'jaxrl_agent/Calculator-v0'"),
+    ({"rollout.engine": "sglang"}, None, r"config\.rollout\.sglang_urls: engine 'sglang' needs at least one"),
+    ({"rollout.engine": "vllm"}, None, r"config\.rollout\.engine: unknown engine 'vllm'"),
+    ({"train.stale_policy": "keep"}, None, r"config\.train\.stale_policy: expected one of \['drop', 'tis'\]"),
+    ({"train.iterations": 0}, None, r"config\.train\.iterations: expected an int >= 1, got 0"),
+], ids=["estimator", "unknown_learner_field", "mesh_vs_devices", "batch_vs_mesh", "env_id",
+        "sglang_without_urls", "engine", "stale_policy", "iterations"])
+def test_invalid_config_names_the_field(tmp_path, overrides, new_fields, pattern):
+    assert re.search(pattern, _fails(tmp_path, overrides, new_fields)), pattern
+
+
+def test_unknown_estimator_lists_the_valid_ones(tmp_path):
+    message = _fails(tmp_path, {"learner.estimator": "nope"})
+    assert all(repr(name) in message for name in ESTIMATORS)
+
+
+def test_cli_rejects_unknown_estimator_quickly(tmp_path):
+    env = dict(os.environ)  # one CPU device, as a user's shell has (conftest forces 8)
+    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                                if not f.startswith("--xla_force_host_platform_device_count"))
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxrl_agent.train", "--config=configs/cpu_debug.py",
+         f"--workdir={tmp_path / 'run'}", "--config.learner.estimator=nope"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode != 0
+    assert "config.learner.estimator: unknown value 'nope'" in proc.stderr and "'grpo'" in proc.stderr
+    assert "Traceback" not in proc.stderr  # a usage error, not a crash
+    assert not (tmp_path / "run" / "tokenizer").exists()
+    assert elapsed < 60, f"took {elapsed:.1f} s to reject the config"
