@@ -52,15 +52,15 @@ from jaxrl_agent import advantages  # noqa: E402
 GAMMA, LAMBDA = 0.99, 0.95
 
 
-def torch_loop_gae(rewards, values, mask, gamma, lam):
-    """verl-style per-timestep loop ([B] vectors per step), masked pass-through."""
-    b, t = rewards.shape
-    nextvalues = torch.zeros(b, dtype=values.dtype)
-    lastgaelam = torch.zeros(b, dtype=values.dtype)
-    pending = torch.zeros(b, dtype=values.dtype)
-    adv = torch.zeros_like(rewards)
-    maskf = mask.to(values.dtype)
-    for i in reversed(range(t)):
+def _loop_gae(rewards, values, maskf, zeros, adv, gamma, lam):
+    """verl-style per-timestep loop ([B] vectors per step), masked pass-through.
+
+    Runs unchanged on torch tensors or NumPy arrays: `maskf` is the [B, T] mask
+    in the values' dtype, `zeros` a [B] zero vector (never written in place) and
+    `adv` a [B, T] zero buffer, filled in place and returned.
+    """
+    nextvalues = lastgaelam = pending = zeros
+    for i in reversed(range(rewards.shape[1])):
         m = maskf[:, i]
         delta = rewards[:, i] + pending + gamma * nextvalues - values[:, i]
         newgae = delta + gamma * lam * lastgaelam
@@ -69,24 +69,18 @@ def torch_loop_gae(rewards, values, mask, gamma, lam):
         pending = (1 - m) * (pending + rewards[:, i])
         adv[:, i] = m * newgae
     return adv, (adv + values) * maskf
+
+
+def torch_loop_gae(rewards, values, mask, gamma, lam):
+    """`_loop_gae` over torch tensors, like verl's `compute_gae_advantage_return`."""
+    zeros = torch.zeros(rewards.shape[0], dtype=values.dtype)
+    return _loop_gae(rewards, values, mask.to(values.dtype), zeros, torch.zeros_like(rewards), gamma, lam)
 
 
 def numpy_loop_gae(rewards, values, mask, gamma, lam):
-    b, t = rewards.shape
-    nextvalues = np.zeros(b, values.dtype)
-    lastgaelam = np.zeros(b, values.dtype)
-    pending = np.zeros(b, values.dtype)
-    adv = np.zeros_like(rewards)
-    maskf = mask.astype(values.dtype)
-    for i in reversed(range(t)):
-        m = maskf[:, i]
-        delta = rewards[:, i] + pending + gamma * nextvalues - values[:, i]
-        newgae = delta + gamma * lam * lastgaelam
-        lastgaelam = m * newgae + (1 - m) * lastgaelam
-        nextvalues = m * values[:, i] + (1 - m) * nextvalues
-        pending = (1 - m) * (pending + rewards[:, i])
-        adv[:, i] = m * newgae
-    return adv, (adv + values) * maskf
+    """`_loop_gae` over NumPy arrays."""
+    zeros = np.zeros(rewards.shape[0], values.dtype)
+    return _loop_gae(rewards, values, mask.astype(values.dtype), zeros, np.zeros_like(rewards), gamma, lam)
 
 
 @jax.jit

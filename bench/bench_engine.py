@@ -8,7 +8,7 @@ size, the same with a host loop over single jitted steps (steps_per_call=1),
 and a naive generator that re-runs the full padded sequence every step (no
 cache; its loop is also inside jit, so only the cache differs). Then the
 SGLangClient round trip against the local server vs. calling the engine
-directly (per-request overhead). Results go to docs/benchmarks_engine.md.
+directly (per-request overhead). Results go to docs/benchmarks.md.
 """
 
 from __future__ import annotations

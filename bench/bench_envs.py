@@ -4,7 +4,7 @@ One process, one env, stepping the gold demonstrations (one calculator call per
 turn, then the answer) of many tasks; reset time is included. The actor
 benchmark measures the many-episodes-in-flight case.
 
-    /work/venv/bin/python bench/bench_envs.py --seconds 5 --out docs/benchmarks_envs.md
+    /work/venv/bin/python bench/bench_envs.py --seconds 5 --out /tmp/bench_envs.md
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def run(seconds: float) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--out", default=None, help="markdown file to write (e.g. docs/benchmarks_envs.md)")
+    parser.add_argument("--out", default=None, help="markdown file to write (e.g. /tmp/bench_envs.md; paste the table into docs/benchmarks.md)")
     args = parser.parse_args()
     r = run(args.seconds)
     cpu = platform.processor() or platform.machine()
@@ -55,7 +55,7 @@ def main() -> None:
         f"- date: {datetime.date.today().isoformat()}\n"
         f"- hardware: {cpu}, {os.cpu_count()} CPU cores visible (shared with other jobs; load average "
         f"{os.getloadavg()[0]:.1f}), Python {platform.python_version()}\n"
-        f"- command: `/work/venv/bin/python bench/bench_envs.py --seconds {args.seconds:g} --out docs/benchmarks_envs.md`\n\n"
+        f"- command: `/work/venv/bin/python bench/bench_envs.py --seconds {args.seconds:g} --out /tmp/bench_envs.md`\n\n"
         "| metric | value |\n|---|---|\n"
         f"| env steps / s | {r['steps_per_s']:.0f} |\n"
         f"| tool calls / s | {r['tool_calls_per_s']:.0f} |\n"

@@ -23,7 +23,7 @@ The recurrences x_t = a_t x_{t+1} + b_t behind GAE and returns are solved by
 `jaxrl_agent.scans`: `method="serial"` (lax.scan, depth T), `"associative"`
 (lax.associative_scan, depth O(log T)) or `"chunked"` (two-level scan); all
 agree to float32 rounding. Defaults follow the CPU benchmark
-(docs/benchmarks_advantages.md): "chunked" over tokens (1.6-2.6x faster than
+(docs/benchmarks.md): "chunked" over tokens (1.6-2.6x faster than
 "serial" at T = 4096-32768), "serial" over turns (S <= 512: a few percent faster).
 
 Standard-deviation convention: all group and whitening statistics use the

@@ -16,7 +16,7 @@ rounding:
   C ~ sqrt(T/2) positions): compose each chunk's maps (scan over C, vectorized
   over the B * T/C chunks), scan over the chunk boundaries, then re-run every
   chunk from its end state: 2C + T/C sequential steps over wide vectors.
-  Fastest on CPU at every size we measured (docs/benchmarks_advantages.md).
+  Fastest on CPU at every size we measured (docs/benchmarks.md).
 
 `reverse_linear_recurrence` is the general solver. `masked_gae_trace` is the
 masked GAE trace of `jaxrl_agent.advantages` as one fused pass: it couples the
@@ -36,8 +36,8 @@ from jaxrl_agent.checks import check_choice, check_shape
 
 Array = jax.Array
 METHODS = ("serial", "associative", "chunked")
-DEFAULT_METHOD = "chunked"  # fastest on CPU, see docs/benchmarks_advantages.md
-SERIAL_UNROLL = 8  # serial scan unroll (CPU timing); see docs/benchmarks_advantages.md
+DEFAULT_METHOD = "chunked"  # fastest on CPU, see docs/benchmarks.md
+SERIAL_UNROLL = 8  # serial scan unroll (CPU timing); see docs/benchmarks.md
 
 
 def affine_compose(later: tuple[Array, Array], earlier: tuple[Array, Array]) -> tuple[Array, Array]:

@@ -49,18 +49,66 @@ def make_batch(b=8, t=16, s=2, seed=0, vocab=128):
     )
 
 
+HP_STEP = LearnerHParams(estimator="grpo", lr=1e-3, num_minibatches=2, ppo_epochs=2,
+                         kl_coef=0.05, adaptive_kl=True, kl_horizon=100.0, entropy_coef=0.01,
+                         is_correction="tis")
+
+
+@pytest.fixture(scope="module")
+def one_device_run():
+    """Three uninterrupted steps on 1 device.
+
+    Shared (so that train_step / compute_advantages compile once) by the
+    micro-batch, GRPO, resume, compile-count and mesh tests.
+    """
+    mesh = mesh_lib.single_device_mesh()
+    step = tsl.make_train_step(CFG, HP_STEP, mesh=mesh)
+    prep = tsl.make_compute_advantages(CFG, HP_STEP, mesh=mesh)
+    state = ts.init_train_state(CFG, HP_STEP, jax.random.key(0), mesh=mesh)
+    ref = jax.tree.map(lambda x: x * 1.01, state.params)
+    states, metrics, batches = [jax.tree.map(np.asarray, state)], [], []
+    for i in range(3):
+        batches.append(jax.tree.map(np.asarray, prep(state, make_batch(seed=i), ref)))
+        state, m = step(state, batches[-1])  # donates the old state
+        states.append(jax.tree.map(np.asarray, state))
+        metrics.append(jax.tree.map(np.asarray, m))
+    return dict(mesh=mesh, step=step, prep=prep, ref=ref, states=states, metrics=metrics,
+                first_batch=batches[0])
+
+
 def _grads(hp, state, tb):
     fn = jax.jit(lambda p, v, tb: tsl.minibatch_grads(p, v, tb, jnp.float32(0.1), config=CFG, hp=hp))
     return fn(state.params, state.value_params, tb)
 
 
-@pytest.mark.parametrize("estimator,agg_mode", [("gae", "token-mean"), ("grpo", "seq-mean-token-mean")])
-def test_microbatches_match_one_minibatch(estimator, agg_mode):
-    hp = LearnerHParams(estimator=estimator, agg_mode=agg_mode, kl_coef=0.1, entropy_coef=0.01,
-                        is_correction="tis")
+@pytest.fixture(scope="module")
+def critic_state():
+    """A 1-device TrainState with a critic, shared so that its init compiles once.
+
+    Only params / value_params are read by the tests that use it, so the
+    LearnerHParams it was built with (default optimizer, no KL) do not matter.
+    """
+    hp = LearnerHParams(estimator="gae")
     state = ts.init_train_state(CFG, hp, jax.random.key(0), mesh=mesh_lib.single_device_mesh())
-    ref = jax.tree.map(lambda x: x * 1.01, state.params)
-    tb = tsl.make_compute_advantages(CFG, hp)(state, make_batch(), ref)
+    return jax.tree.map(np.asarray, state)
+
+
+@pytest.mark.parametrize("estimator,agg_mode", [("gae", "token-mean"), ("grpo", "seq-mean-token-mean")])
+def test_microbatches_match_one_minibatch(estimator, agg_mode, request):
+    # gae: critic gradients and the token-count normalizer; grpo: no critic and
+    # the sequence-count normalizer (the padding row sits in one micro-batch).
+    if estimator == "gae":
+        hp = LearnerHParams(estimator=estimator, agg_mode=agg_mode, kl_coef=0.1, entropy_coef=0.01,
+                            is_correction="tis")
+        state = request.getfixturevalue("critic_state")
+        ref = jax.tree.map(lambda x: x * 1.01, state.params)
+        tb = tsl.make_compute_advantages(CFG, hp)(state, make_batch(), ref)
+    else:
+        # HP_STEP prepares batches the same way (KL reference, TIS weights):
+        # reuse the shared run's first TrainBatch instead of compiling another.
+        hp = HP_STEP.replace(agg_mode=agg_mode)
+        run = request.getfixturevalue("one_device_run")
+        state, tb = run["states"][0], run["first_batch"]
     # Perturb old logprobs so that clipping is active in the comparison.
     tb = tb._replace(old_logprobs=tb.old_logprobs + 0.3 * jnp.sin(jnp.arange(16.0)))
     loss1, m1, g1 = _grads(hp, state, tb)
@@ -71,13 +119,13 @@ def test_microbatches_match_one_minibatch(estimator, agg_mode):
         np.testing.assert_allclose(m4[k], m1[k], atol=1e-6, rtol=0)
     assert m1["clipfrac"] > 0 and m1["kl_loss"] > 0
     assert ("value_loss" in m1) == (estimator == "gae")
+    assert tb.is_weights is not None
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6, rtol=0), g4, g1)
 
 
-def test_compute_advantages_matches_estimators():
-    batch = make_batch()
+def test_compute_advantages_matches_estimators(critic_state):
+    batch, state = make_batch(), critic_state
     hp = LearnerHParams(estimator="step_gae", gamma=0.9, lambda_=0.8)
-    state = ts.init_train_state(CFG, hp, jax.random.key(1), mesh=mesh_lib.single_device_mesh())
     tb = jax.jit(lambda s, b: prepare.compute_advantages(s, b, config=CFG, hp=hp))(state, batch)
     mask = batch.loss_mask & batch.episode_mask[:, None]
     np.testing.assert_array_equal(np.asarray(tb.batch.loss_mask), mask)
@@ -124,28 +172,6 @@ def test_grpo_advantages_and_group_remap(one_device_run):
     np.testing.assert_allclose(tb.advantages, np.where(mask, np.asarray(adv)[:, None], 0), atol=1e-6)
 
 
-HP_STEP = LearnerHParams(estimator="grpo", lr=1e-3, num_minibatches=2, ppo_epochs=2,
-                         kl_coef=0.05, adaptive_kl=True, kl_horizon=100.0)
-
-
-@pytest.fixture(scope="module")
-def one_device_run():
-    """Three uninterrupted steps on 1 device (shared by the resume and compile tests)."""
-    mesh = mesh_lib.single_device_mesh()
-    step = tsl.make_train_step(CFG, HP_STEP, mesh=mesh)
-    prep = tsl.make_compute_advantages(CFG, HP_STEP, mesh=mesh)
-    state = ts.init_train_state(CFG, HP_STEP, jax.random.key(0), mesh=mesh)
-    ref = jax.tree.map(jnp.copy, state.params)
-    states, metrics, batches = [state], [], []
-    for i in range(3):
-        batches.append(jax.tree.map(np.asarray, prep(state, make_batch(seed=i), ref)))
-        state, m = step(state, batches[-1])
-        states.append(jax.tree.map(np.asarray, state))
-        metrics.append(jax.tree.map(np.asarray, m))
-    return dict(mesh=mesh, step=step, prep=prep, ref=ref, states=states, metrics=metrics,
-                first_batch=batches[0])
-
-
 def test_resume_from_checkpoint_is_bitwise(one_device_run, tmp_path):
     run = one_device_run
     mesh, step, prep = run["mesh"], run["step"], run["prep"]
@@ -166,6 +192,16 @@ def test_resume_from_checkpoint_is_bitwise(one_device_run, tmp_path):
     assert run["metrics"][2]["lr"] == pytest.approx(1e-3)
 
 
+def _pad_time(tb, t):
+    """Right-pads every [B, T] array of a TrainBatch to length t with masked-out tokens."""
+    pad = lambda x, v=0: np.pad(np.asarray(x), ((0, 0), (0, t - x.shape[1])), constant_values=v)
+    fields = ("tokens", "loss_mask", "step_ids", "rollout_logprobs", "positions", "segment_ids")
+    batch = tb.batch._replace(**{k: pad(getattr(tb.batch, k), -1 if k == "step_ids" else 0)
+                                 for k in fields})
+    return tb._replace(batch=batch, **{k: pad(getattr(tb, k)) for k in
+                                       ("old_logprobs", "advantages", "ref_logprobs", "is_weights")})
+
+
 def test_compiles_once_per_bucket(one_device_run):
     step, prep, ref = one_device_run["step"], one_device_run["prep"], one_device_run["ref"]
     state = jax.device_put(one_device_run["states"][-1],
@@ -173,40 +209,44 @@ def test_compiles_once_per_bucket(one_device_run):
     n = step._cache_size()
     state, _ = step(state, prep(state, make_batch(seed=5), ref))
     assert step._cache_size() == n  # same bucket (B, T, S): no recompilation
-    state, _ = step(state, prep(state, make_batch(t=24, seed=6), ref))
+    # A T=24 batch (padded rather than prepared: only train_step's cache is counted).
+    longer = _pad_time(one_device_run["first_batch"], 24)
+    state, _ = step(state, longer)
     assert step._cache_size() == n + 1  # a new bucket compiles once
+    state, _ = step(state, longer)
+    assert step._cache_size() == n + 1
     odd = jax.tree.map(lambda x: x[:5], one_device_run["first_batch"])
     with pytest.raises(ValueError, match="batch_size: 5 rows are not divisible by num_minibatches"):
         step(state, odd)
 
 
 @pytest.mark.slow
-def test_meshes_match_one_device(tmp_path):
-    hp = LearnerHParams(estimator="grpo", lr=1e-3, num_minibatches=2, kl_coef=0.05)
-    results = {}
-    for shape in ((1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)):
-        mesh = mesh_lib.make_mesh(shape, devices=jax.devices()[:1] if shape == (1, 1, 1) else None)
-        state = ts.init_train_state(CFG, hp, jax.random.key(0), mesh=mesh)
-        ref = jax.tree.map(lambda x: x * 1.01, state.params)
-        tb = tsl.make_compute_advantages(CFG, hp, mesh=mesh)(state, make_batch(), ref)
-        state, m = tsl.make_train_step(CFG, hp, mesh=mesh)(state, tb)
-        results[shape] = (jax.tree.map(np.asarray, state.params), jax.tree.map(np.asarray, m), state)
-    base_params, base_m, _ = results[(1, 1, 1)]
+def test_meshes_match_one_device(one_device_run, tmp_path):
+    # The 1-device baseline is the shared run's first step (same HP_STEP, key, batch, ref).
+    base_params, base_m = one_device_run["states"][1].params, one_device_run["metrics"][0]
+    saved = None
     for shape in ((8, 1, 1), (2, 4, 1), (2, 2, 2)):
-        params, m, _ = results[shape]
+        mesh = mesh_lib.make_mesh(shape)
+        state = ts.init_train_state(CFG, HP_STEP, jax.random.key(0), mesh=mesh)
+        ref = jax.tree.map(lambda x: x * 1.01, state.params)
+        tb = tsl.make_compute_advantages(CFG, HP_STEP, mesh=mesh)(state, make_batch(seed=0), ref)
+        state, m = tsl.make_train_step(CFG, HP_STEP, mesh=mesh)(state, tb)
         for k in base_m:
             np.testing.assert_allclose(m[k], base_m[k], atol=1e-5, rtol=0, err_msg=f"{shape} {k}")
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0), params, base_params)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0),
+                     jax.tree.map(np.asarray, state.params), base_params)
+        saved = state if shape == (8, 1, 1) else saved
     # A TrainState saved on (8, 1, 1) restores onto (2, 2, 2) and one device.
+    saved_params = jax.tree.map(np.asarray, saved.params)
     with ckpt_lib.Checkpointer(tmp_path) as ck:
-        ck.save(1, results[(8, 1, 1)][2])
+        ck.save(1, saved)
         ck.wait()
         for shape in ((2, 2, 2), (1, 1, 1)):
             mesh = mesh_lib.make_mesh(shape, devices=jax.devices()[:1] if shape == (1, 1, 1) else None)
-            restored, _ = ck.restore(ts.abstract_state(CFG, hp, mesh))
+            restored, _ = ck.restore(ts.abstract_state(CFG, HP_STEP, mesh))
             assert restored.params["embed_tokens"].sharding.mesh.shape == mesh.shape
             jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, restored.params),
-                         results[(8, 1, 1)][0])
+                         saved_params)
 
 
 def test_bad_mesh_and_batch_sizes_raise():

@@ -50,8 +50,9 @@ def _check_nonneg(name: str, value: Any) -> None:
         raise ValueError(f"{name}: expected a value >= 0, got {value!r}")
 
 
-def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights):
-    """Checks shapes; returns float arrays with off-mask entries zeroed."""
+def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high):
+    """Checks shapes, agg_mode and clips (a None clip is not checked); returns
+    float arrays with off-mask entries zeroed."""
     dims = check_shape("logprobs", logprobs, ("B", "T"))
     check_shape("old_logprobs", old_logprobs, ("B", "T"), dims)
     check_shape("advantages", advantages, ("B", "T"), dims)
@@ -65,7 +66,29 @@ def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights):
     logp = jnp.where(mask, as_float(logprobs), 0.0)
     old = jax.lax.stop_gradient(jnp.where(mask, as_float(old_logprobs), 0.0))
     adv = jax.lax.stop_gradient(jnp.where(mask, as_float(advantages), 0.0))
+    check_agg_mode(agg_mode)
+    _check_nonneg("clip_low", clip_low)
+    _check_nonneg("clip_high", clip_high)
     return logp, old, adv, mask, weights
+
+
+def _aggregate_clipped(per_token, mask, agg_mode, normalizers, upper, lower, dual=None):
+    """Aggregates the weighted per-token loss; returns (loss, the clip-fraction metrics).
+
+    `normalizers` holds num_tokens/num_seqs/max_len for `aggregate_loss`;
+    `upper`, `lower` (and `dual`, reported when given) are [B, T] bool.
+    """
+    loss = aggregate_loss(per_token, mask, agg_mode, **normalizers)
+    clipped = upper | lower if dual is None else upper | lower | dual
+    metrics = {
+        "policy_loss": loss,
+        "clipfrac": masked_mean(clipped, mask),
+        "clipfrac_upper": masked_mean(upper, mask),
+        "clipfrac_lower": masked_mean(lower, mask),
+    }
+    if dual is not None:
+        metrics["clipfrac_dual"] = masked_mean(dual, mask)
+    return loss, metrics
 
 
 def _kl_ratio_metrics(log_ratio: jnp.ndarray, mask: jnp.ndarray) -> Metrics:
@@ -127,11 +150,8 @@ def ppo_policy_loss(
       ValueError: on bad shapes, unknown agg_mode, negative clips, c <= 1.
     """
     logp, old, adv, mask, weights = _prepare(
-        logprobs, old_logprobs, advantages, loss_mask, is_weights
+        logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high
     )
-    check_agg_mode(agg_mode)
-    _check_nonneg("clip_low", clip_low)
-    _check_nonneg("clip_high", clip_high)
     if dual_clip is not None and isinstance(dual_clip, (int, float)) and not dual_clip > 1:
         raise ValueError(f"dual_clip: expected c > 1 (e.g. 3.0) or None, got {dual_clip!r}")
     log_ratio = jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -147,19 +167,9 @@ def ppo_policy_loss(
     else:
         per_token = jnp.where(adv < 0, jnp.minimum(per_token, -adv * dual_clip), per_token)
         dual = mask & (adv < 0) & (r > dual_clip)
-    loss = aggregate_loss(
-        per_token * weights, mask, agg_mode,
-        num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len,
-    )
-    metrics = {
-        "policy_loss": loss,
-        "clipfrac": masked_mean(upper | lower | dual, mask),
-        "clipfrac_upper": masked_mean(upper, mask),
-        "clipfrac_lower": masked_mean(lower, mask),
-        "clipfrac_dual": masked_mean(dual, mask),
-        **_kl_ratio_metrics(log_ratio, mask),
-    }
-    return loss, metrics
+    normalizers = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
+    loss, metrics = _aggregate_clipped(per_token * weights, mask, agg_mode, normalizers, upper, lower, dual)
+    return loss, {**metrics, **_kl_ratio_metrics(log_ratio, mask)}
 
 
 def gspo_policy_loss(
@@ -198,11 +208,8 @@ def gspo_policy_loss(
       of the SEQUENCE ratio s_i over non-empty rows.
     """
     logp, old, adv, mask, weights = _prepare(
-        logprobs, old_logprobs, advantages, loss_mask, is_weights
+        logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high
     )
-    check_agg_mode(agg_mode)
-    _check_nonneg("clip_low", clip_low)
-    _check_nonneg("clip_high", clip_high)
     token_log_ratio = logp - old  # zero off the mask
     n_b = jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1)
     seq_log_ratio = jnp.sum(token_log_ratio, axis=-1, keepdims=True) / n_b  # [B, 1]
@@ -212,18 +219,13 @@ def gspo_policy_loss(
     s_val = jax.lax.stop_gradient(s)
     upper = mask & (adv > 0) & (s_val > 1.0 + clip_high)
     lower = mask & (adv < 0) & (s_val < 1.0 - clip_low)
-    loss = aggregate_loss(
-        per_token * weights, mask, agg_mode,
-        num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len,
-    )
+    normalizers = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
+    loss, metrics = _aggregate_clipped(per_token * weights, mask, agg_mode, normalizers, upper, lower)
     nonempty = jnp.any(mask, axis=-1)
     seq_log_ratio = jax.lax.stop_gradient(seq_log_ratio[:, 0])
     seq_ratio = jnp.exp(jnp.clip(seq_log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     metrics = {
-        "policy_loss": loss,
-        "clipfrac": masked_mean(upper | lower, mask),
-        "clipfrac_upper": masked_mean(upper, mask),
-        "clipfrac_lower": masked_mean(lower, mask),
+        **metrics,
         **_kl_ratio_metrics(token_log_ratio, mask),
         "ratio_mean": masked_mean(seq_ratio, nonempty),
         "ratio_min": masked_min(seq_ratio, nonempty),
@@ -267,13 +269,9 @@ def cispo_policy_loss(
       'clipfrac_upper', 'clipfrac_lower', 'approx_kl_k3', 'approx_kl_k2',
       'ratio_mean', 'ratio_min', 'ratio_max'.
     """
-    logp, old, adv, mask, weights = _prepare(
-        logprobs, old_logprobs, advantages, loss_mask, is_weights
+    logp, old, adv, mask, weights = _prepare(  # clip_low None: no lower bound, not checked
+        logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high
     )
-    check_agg_mode(agg_mode)
-    if clip_low is not None:
-        _check_nonneg("clip_low", clip_low)
-    _check_nonneg("clip_high", clip_high)
     log_ratio = jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     r = jax.lax.stop_gradient(jnp.exp(log_ratio))
     low = 0.0 if clip_low is None else 1.0 - clip_low
@@ -281,18 +279,9 @@ def cispo_policy_loss(
     per_token = -r_hat * adv * logp
     upper = mask & (r > 1.0 + clip_high)
     lower = mask & (r < low)
-    loss = aggregate_loss(
-        per_token * weights, mask, agg_mode,
-        num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len,
-    )
-    metrics = {
-        "policy_loss": loss,
-        "clipfrac": masked_mean(upper | lower, mask),
-        "clipfrac_upper": masked_mean(upper, mask),
-        "clipfrac_lower": masked_mean(lower, mask),
-        **_kl_ratio_metrics(log_ratio, mask),
-    }
-    return loss, metrics
+    normalizers = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
+    loss, metrics = _aggregate_clipped(per_token * weights, mask, agg_mode, normalizers, upper, lower)
+    return loss, {**metrics, **_kl_ratio_metrics(log_ratio, mask)}
 
 
 POLICY_LOSSES: dict[str, Callable[..., tuple[jnp.ndarray, Metrics]]] = {
