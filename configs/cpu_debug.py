@@ -62,7 +62,7 @@ def get_config() -> config_dict.ConfigDict:
     c.learner.kl_coef = 0.0  # KL to the warm-start policy (0 disables the reference)
     c.learner.kl_kind = "low_var_kl"  # k1 | k2 | k3 (low_var_kl)
     c.learner.entropy_coef = 0.0  # entropy bonus
-    c.learner.lr = 1e-3  # policy learning rate
+    c.learner.lr = 1e-4  # policy learning rate (1e-3 collapses the warm-started policy in one step)
     c.learner.warmup_steps = 0  # optimizer warmup (updates)
     c.learner.max_grad_norm = 1.0  # global-norm clipping
     c.learner.ppo_epochs = 1  # passes over each batch
@@ -75,7 +75,7 @@ def get_config() -> config_dict.ConfigDict:
     c.mesh.shape = (1, 1, 1)  # (data, fsdp, tensor); product must equal the device count (-1 = rest)
 
     c.train = config_dict.ConfigDict()
-    c.train.iterations = 40  # RL iterations (rollout + update + weight sync)
+    c.train.iterations = 20  # RL iterations (rollout + update + weight sync)
     c.train.async_mode = False  # overlap rollout of iteration i+1 with learning on i
     c.train.max_policy_lag = 1  # async: oldest accepted policy version lag
     c.train.stale_policy = "drop"  # async: "drop" stale batches or "tis" (keep, TIS-corrected)
