@@ -89,7 +89,8 @@ def test_checkpoint_by_path_and_output_flag(run_dir, tmp_path, parse_flags, caps
         summary["before"]["eval/test/greedy/success"])
     table = capsys.readouterr().out.splitlines()
     assert table[1].split()[:3] == ["split", "tasks", "success"] and table[3].split()[:2] == ["test/greedy", "4"]
-    assert format_table(report).splitlines()[1:] == table[1:4]
+    rows = format_table(report).splitlines()[1:]
+    assert len(rows) == 4 and rows == table[1:5]  # header, rule, test/greedy, test/sampled
     with pytest.raises(EvalInputError, match=r"checkpoint step 7 not found in .*checkpoints; available: \[0, 1\]"):
         resolve_checkpoint(workdir, "7")
 

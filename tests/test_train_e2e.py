@@ -59,7 +59,7 @@ def test_cpu_debug_run_embedded_engine(tmp_path, jax_cache_dir, capsys):
     summary = run_training(tiny_config(**{"train.iterations": ITERATIONS}), workdir)
     _check_workdir(workdir, summary)
     out = capsys.readouterr().out
-    assert "warm-start:" in out and "held-out test success: before RL" in out and "resumed" not in out
+    assert "warm-start:" in out and "held-out test success (greedy): before RL" in out and "resumed" not in out
 
 
 @pytest.mark.slow
