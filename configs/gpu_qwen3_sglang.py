@@ -54,13 +54,7 @@ def get_config() -> config_dict.ConfigDict:
 
     c.tokenizer.path = MODEL_DIR  # the model's own tokenizer; vocab_size and merge_words go unused
 
-    c.model.hf_dir = MODEL_DIR  # load config + weights from this HF directory
-    c.model.hidden_size = 4096  # D; unused with hf_dir (read from its config.json)
-    c.model.intermediate_size = 12288  # SwiGLU width; unused with hf_dir
-    c.model.num_layers = 36  # decoder blocks; unused with hf_dir
-    c.model.num_heads = 32  # H; unused with hf_dir
-    c.model.num_kv_heads = 8  # K; unused with hf_dir
-    c.model.head_dim = 128  # per-head width; unused with hf_dir
+    c.model.hf_dir = MODEL_DIR  # load config + weights from this HF directory (the model.* shape fields go unused)
     c.model.dtype = "bfloat16"  # compute dtype (params and optimizer state stay float32)
     c.model.max_seq_len = 8192  # context limit (prompt + all turns); the servers' --context-length
 

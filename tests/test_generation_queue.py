@@ -6,7 +6,6 @@ import threading
 import time
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 import jaxrl_agent.environments  # noqa: F401  (registers jaxrl_agent/Calculator-v0)

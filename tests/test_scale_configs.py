@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 
-import jax
 import numpy as np
 import pytest
 

@@ -8,6 +8,7 @@ hands explicit keyword arguments to the library.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any
 
@@ -132,23 +133,41 @@ def build_tokenizer(config, workdir: str) -> Tokenizer:
     return tok
 
 
-def load_model(config, tokenizer: Tokenizer, rng: jax.Array) -> tuple[ModelConfig, Any]:
-    """(model config, params): from config.model.hf_dir, or the tiny random model
-    of config.model sized to the tokenizer."""
+def model_config(config, tokenizer: Tokenizer) -> ModelConfig:
+    """The ModelConfig of the run, without loading weights: config.json of
+    config.model.hf_dir, or the tiny model of config.model sized to the tokenizer.
+
+    Raises:
+      ConfigError: hf_dir has no config.json, or its vocabulary is smaller
+        than the tokenizer's.
+    """
     m = config.model
     if m.hf_dir:
-        from jaxrl_agent.models.hf_io import load_hf_checkpoint
-
-        model_cfg, params = load_hf_checkpoint(m.hf_dir)
+        path = os.path.join(m.hf_dir, "config.json")
+        if not os.path.isfile(path):
+            _fail("model.hf_dir", f"no config.json at {path}")
+        with open(path, encoding="utf-8") as f:
+            model_cfg = ModelConfig.from_hf_dict(json.load(f), param_dtype="float32", dtype=m.dtype)
         if model_cfg.vocab_size < tokenizer.vocab_size:
             _fail("model.hf_dir", f"vocab_size {model_cfg.vocab_size} < tokenizer vocab {tokenizer.vocab_size}")
-        return model_cfg.replace(dtype=m.dtype), params
-    from jaxrl_agent.models.transformer import init_params
-
-    model_cfg = tiny_config(
+        return model_cfg
+    return tiny_config(
         vocab_size=tokenizer.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
         num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
         max_position_embeddings=max(2048, m.max_seq_len), dtype=m.dtype)
+
+
+def load_model(config, tokenizer: Tokenizer, rng: jax.Array) -> tuple[ModelConfig, Any]:
+    """(model config, params): the HF checkpoint of config.model.hf_dir, or a
+    random init of the tiny model (see model_config)."""
+    model_cfg = model_config(config, tokenizer)
+    if config.model.hf_dir:
+        from jaxrl_agent.models.hf_io import load_hf_checkpoint
+
+        _, params = load_hf_checkpoint(config.model.hf_dir)
+        return model_cfg, params
+    from jaxrl_agent.models.transformer import init_params
+
     return model_cfg, init_params(model_cfg, rng)
 
 

@@ -111,22 +111,6 @@ def load_tokenizer_of_run(config, workdir: str):
     return C.build_tokenizer(config, workdir)
 
 
-def model_config(config, tokenizer) -> ModelConfig:
-    """The ModelConfig the run trained, without loading HF weights.
-
-    With config.model.hf_dir only its config.json is read (the weights come
-    from the checkpoint), with the same dtype handling as components.load_model.
-    """
-    m = config.model
-    if not m.hf_dir:
-        return C.load_model(config, tokenizer, jax.random.key(int(config.seed)))[0]
-    path = os.path.join(m.hf_dir, "config.json")
-    if not os.path.isfile(path):
-        raise EvalInputError(f"{path} not found (config.model.hf_dir of the run)")
-    with open(path, encoding="utf-8") as f:
-        return ModelConfig.from_hf_dict(json.load(f), param_dtype="float32", dtype=m.dtype)
-
-
 def restore_params(config, model_cfg: ModelConfig, ckpt_root: str, step: int,
                    mesh: jax.sharding.Mesh) -> tuple[Any, dict]:
     """(policy params, checkpoint metadata) of checkpoint `step`, laid out on `mesh`.
@@ -186,7 +170,7 @@ def evaluate_checkpoint(workdir: str, *, checkpoint: str | int | None = None,
         config.eval.num_tasks = int(num_tasks)
     ckpt_root, step = resolve_checkpoint(workdir, checkpoint)
     tok = load_tokenizer_of_run(config, workdir)
-    model_cfg = model_config(config, tok)
+    model_cfg = C.model_config(config, tok)
     shape = tuple(config.mesh.shape if mesh_shape is None else mesh_shape)
     try:
         mesh = make_mesh(shape)

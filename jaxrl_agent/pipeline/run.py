@@ -16,11 +16,9 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from tqdm import tqdm
 
 from jaxrl_agent.data.tasks import task_iterator
-from jaxrl_agent.environments.tasks.base import Task  # noqa: F401  (registers envs)
 import jaxrl_agent.environments as envs
 from jaxrl_agent.learner.checkpoint import Checkpointer, abstract_like
 from jaxrl_agent.learner.distributed import is_main_process, maybe_initialize_distributed
