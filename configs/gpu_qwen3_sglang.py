@@ -18,7 +18,7 @@ Edit model.hf_dir (a local HF directory of a Qwen3 model: config.json,
    drift). The learner pushes new weights after every iteration as an HF
    safetensors export (rollout.export_dir, a path all servers can read) with
    pause_generation -> update_weights_from_disk -> continue_generation
-   (shared/SGLANG_API.md). With sglang_router in front of the servers, list
+   (docs/SGLANG_API.md). With sglang_router in front of the servers, list
    the router's one URL in rollout.sglang_urls instead.
 
 2. Train (same command to resume; Ctrl-C checkpoints):

@@ -1,7 +1,7 @@
 """Qwen3 on a Cloud TPU v6e / v5e slice: learner and embedded JAX engine on the same chips.
 
 The policy decodes in-process (rollout.engine = "embedded"): sglang-jax has no
-/update_weights_from_disk (shared/SGLANG_API.md), so the learner's params are
+/update_weights_from_disk (docs/SGLANG_API.md), so the learner's params are
 handed to the engine directly after every iteration, with no export.
 
 Edit MODEL_DIR (a Qwen3 HF directory: config.json, *.safetensors,

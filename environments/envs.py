@@ -15,15 +15,20 @@ class CalculatorEnv(ToolEnv):
     """Multi-step arithmetic word problems with a `calculator` tool (numeric-tolerance verifier).
 
     Args:
-        num_tasks: tasks generated for the split (arithmetic.generate).
+        num_tasks: tasks generated for the split (arithmetic.generate), >= 1.
         task_seed: generation seed of the task list (distinct from reset's seed,
             which picks tasks from it).
         **kwargs: ToolEnv arguments (split, max_turns, rewards, render_mode).
+
+    Raises:
+        ValueError: num_tasks is not an int >= 1.
     """
 
     instructions = "You are a helpful assistant that solves arithmetic word problems with a calculator tool."
 
     def __init__(self, num_tasks: int = 1000, task_seed: int = 0, max_turns: int = 6, **kwargs: Any):
+        if isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1:
+            raise ValueError(f"num_tasks: expected an int >= 1, got {num_tasks!r}")
         self.num_tasks, self.task_seed = num_tasks, task_seed
         super().__init__(max_turns=max_turns, **kwargs)
 

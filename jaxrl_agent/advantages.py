@@ -4,7 +4,7 @@ Every function takes arrays and Python scalars and returns arrays; all are
 jit/vmap/grad-safe, keep static shapes, and never produce NaN or inf for finite
 input (constant groups, singleton groups, all-masked rows give exactly 0).
 
-Three levels (DESIGN.md, "Credit assignment"):
+Three levels (docs/DESIGN.md, "Credit assignment"):
 
 - Token level: `gae`, `discounted_returns`, `reinforce_pp` run over the tokens
   where `loss_mask` is true and pass straight through the others (prompt, tool
@@ -281,7 +281,7 @@ def step_values_from_token_values(
     """Reads one value per turn from token values.
 
     The value of turn k is the value of the state before the turn's first action
-    token f_k (DESIGN.md): with the aligned convention of `gae`
+    token f_k (docs/DESIGN.md): with the aligned convention of `gae`
     (values[t] = V(tokens[:t]), the head output at the last token before t),
     that is values[b, f_k]. Turns without any action token get 0.
 
@@ -362,6 +362,8 @@ def _group_stats(scores, group_ids, mask, num_groups):
     [0, num_groups) take part in no group."""
     dims = check_shape("scores", scores, ("B",))
     check_shape("group_ids", group_ids, ("B",), dims)
+    if not jnp.issubdtype(jnp.result_type(group_ids), jnp.integer):
+        raise ValueError(f"group_ids: expected an integer dtype, got {jnp.result_type(group_ids)}")
     if mask is not None:
         check_shape("mask", mask, ("B",), dims)
     if not isinstance(num_groups, int) or num_groups < 1:

@@ -5,7 +5,7 @@ with these helpers at trace time, so a mistake is reported as a `ValueError`
 naming the argument and the expected shape instead of a broadcasting error
 deep inside XLA.
 
-Shape letters (see DESIGN.md): B batch, T tokens, S steps (turns), G group
+Shape letters (see docs/DESIGN.md): B batch, T tokens, S steps (turns), G group
 size, V vocabulary, D model width, H heads, K key/value heads.
 """
 

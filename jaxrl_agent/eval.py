@@ -3,8 +3,9 @@
     python -m jaxrl_agent.eval --workdir=runs/cpu_debug [--checkpoint=STEP | --checkpoint=DIR/checkpoints/STEP] \
         [--splits=test,ood] [--num_tasks=N] [--output=FILE.json] [--mesh_shape=-1,1,1]
 
-Greedy decoding with the embedded engine; prints a table (success, reward,
-tool calls, tokens and latency per episode for each split) and writes the
+Greedy decoding and sampling at config.eval.temperature (config.eval.samples_per_task
+episodes per task), both with the embedded engine; prints a table (success, reward,
+tool calls, tokens and latency per episode for each split and mode) and writes the
 report as JSON (default WORKDIR/eval_<step>.json). Everything it calls lives
 in jaxrl_agent.pipeline.evaluation.
 """

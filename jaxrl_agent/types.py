@@ -66,7 +66,7 @@ class Trajectory:
         return float(np.sum(self.step_rewards))
 
     def validate(self) -> "Trajectory":
-        """Checks the contract of DESIGN.md; raises ValueError naming the field."""
+        """Checks the contract of docs/DESIGN.md; raises ValueError naming the field."""
         n = self.tokens.shape
         if self.tokens.ndim != 1:
             raise ValueError(f"tokens: expected shape [L], got {list(n)}")

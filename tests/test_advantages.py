@@ -395,3 +395,9 @@ def test_registry():
     assert adv.get_estimator("rloo") is adv.rloo
     with pytest.raises(ValueError, match="grpo.*rloo"):
         adv.get_estimator("ppo")
+
+
+def test_float_group_ids_are_rejected():
+    """Group ids are integers; 0.5 must not be silently truncated into group 0."""
+    with pytest.raises(ValueError, match="group_ids: expected an integer dtype"):
+        adv.grpo(jnp.array([1.0, 0.0]), jnp.array([0.5, 1.0]), num_groups=2)

@@ -68,3 +68,37 @@ def test_cli_rejects_unknown_estimator_quickly(tmp_path):
     assert "Traceback" not in proc.stderr  # a usage error, not a crash
     assert not (tmp_path / "run" / "tokenizer").exists()
     assert elapsed < 60, f"took {elapsed:.1f} s to reject the config"
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"eval.splits": ("bogus",)}, "config.eval.splits"),
+        ({"rollout.max_new_tokens": 0}, "config.rollout.max_new_tokens"),
+        ({"rollout.temperature": -1.0}, "config.rollout.temperature"),
+        ({"model.num_heads": 3, "model.num_kv_heads": 2}, "config.model.num_heads"),
+        ({"tokenizer.vocab_size": 10}, "config.tokenizer.vocab_size"),
+    ],
+)
+def test_more_fields_fail_at_start_up(tmp_path, overrides, field):
+    """Found by a fresh-eyes review: these used to fail late, with raw tracebacks."""
+    from pipeline_helpers import tiny_config
+
+    from jaxrl_agent.pipeline.components import ConfigError
+    from jaxrl_agent.pipeline.run import run_training
+
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        run_training(tiny_config(**overrides), str(tmp_path / "run"))
+    assert not (tmp_path / "run" / "tokenizer").exists()
+
+
+def test_workdir_that_is_a_file(tmp_path):
+    from pipeline_helpers import tiny_config
+
+    from jaxrl_agent.pipeline.components import ConfigError
+    from jaxrl_agent.pipeline.run import run_training
+
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(ConfigError, match="--workdir"):
+        run_training(tiny_config(), str(path))

@@ -77,6 +77,9 @@ def test_process_reward_for_used_results_and_options():
         gym.make("jaxrl_agent/Calculator-v0", rewards={"bonus": 1})
     with pytest.raises(ValueError, match="split"):
         gym.make("jaxrl_agent/HumanEval-v0", split="train")
+    for bad in (-5, 0, 2.5, True):
+        with pytest.raises(ValueError, match="num_tasks: expected an int >= 1"):
+            gym.make("jaxrl_agent/Calculator-v0", num_tasks=bad)
 
 
 def test_observations_stay_in_the_space_and_render():

@@ -18,7 +18,7 @@ from jaxrl_agent.rollout.sglang_responses import (
     parse_generate_item,
 )
 
-# Written by hand from shared/SGLANG_API.md: one item per finish reason, with
+# Written by hand from docs/SGLANG_API.md: one item per finish reason, with
 # fields a newer SGLang may add ("text", "hidden_states", "spec_verify_ct").
 STOP_ITEM = {
     "text": "",

@@ -71,6 +71,18 @@ def test_python_tool_output_and_errors():
     assert py({"code": "x = 1"}).text == "(no output)"
 
 
+def test_python_tool_marks_truncated_output():
+    py = PythonExecutor(SandboxLimits(timeout_s=5))
+    result = py({"code": "print('x' * 10_000_000)"})
+    assert result.ok and result.text.startswith("xxx"), result.text[-200:]
+    assert result.text.endswith("bytes, showing the first 3840]")
+    assert "\n[output truncated: 10000001 bytes," in result.text
+    small = py({"code": "print('x' * 100)"})
+    assert small.text.strip() == "x" * 100 and "truncated" not in small.text
+    failed = py({"code": "import sys\nsys.stderr.write('e' * 20000)\nsys.exit(2)"})
+    assert not failed.ok and "[output truncated: 20000 bytes, showing the first" in failed.text
+
+
 class _Exploding(Tool):
     from jaxrl_agent.agent.tool_calls import ToolSpec
     spec = ToolSpec("explode", "raises", {"type": "object", "properties": {}})

@@ -59,7 +59,21 @@ _PATH_EVENTS = {"os.remove": 1, "os.rename": 2, "os.mkdir": 1, "os.rmdir": 1, "o
                 "os.link": 2, "os.truncate": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                 "shutil.rmtree": 1, "shutil.copyfile": 2, "shutil.move": 2}
 _BANNED = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "pty.spawn",
-           "os.fork" if cfg["allow_fork"] is False else "-")
+           "sqlite3.connect", "os.fork" if cfg["allow_fork"] is False else "-")
+# Native modules whose C code acts without raising the audit events checked here:
+# _posixsubprocess.fork_exec runs programs, sqlite opens its own files, ctypes reaches
+# raw memory (and could remove this hook), _posixshmem/_multiprocessing create
+# /dev/shm objects, sub-interpreters start without this (per-interpreter) hook, and
+# _testcapi/_testinternalcapi poke interpreter internals.
+_NATIVE = frozenset({"_posixsubprocess", "_ctypes", "ctypes", "_sqlite3", "sqlite3", "_multiprocessing",
+                     "_posixshmem", "_testcapi", "_testinternalcapi", "_xxsubinterpreters",
+                     "_xxinterpchannels", "_interpreters", "_interpchannels", "_interpqueues"})
+
+def _native(name, filename=None):
+    parts = name.split(".") if isinstance(name, str) else []
+    if isinstance(filename, str):
+        parts.append(os.path.basename(filename).split(".")[0])
+    return any(part in _NATIVE for part in parts)
 
 def _inside(path):
     if isinstance(path, int):
@@ -77,6 +91,10 @@ def _hook(event, args):
         raise PermissionError("sandbox: network access is disabled")
     if event.startswith("ctypes."):
         raise PermissionError("sandbox: ctypes is disabled")
+    if event == "import":
+        if _native(args[0], args[1] if len(args) > 1 else None):
+            raise ImportError(f"sandbox: importing {args[0]!r} is refused (native code that bypasses "
+                              "the sandbox's checks)", name=args[0] if isinstance(args[0], str) else None)
     if event == "open":
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
         if flags & _WRITE and not _inside(args[0]):
@@ -89,6 +107,18 @@ def _hook(event, args):
         raise PermissionError(f"sandbox: {event} is disabled")
 
 sys.addaudithook(_hook)
+# An already-imported module raises no "import" event: drop the native modules and any
+# module holding one, so that user code has to import them again (and is refused).
+for _name, _mod in list(sys.modules.items()):
+    if _native(_name) or any(isinstance(v, type(sys)) and _native(v.__name__) for v in list(vars(_mod).values())):
+        del sys.modules[_name]
+
+def _refuse_node(path, *args, **kwargs):
+    raise PermissionError(f"sandbox: creating special files is refused: {path!r}")
+
+import posix  # os.mkfifo/os.mknod raise no audit event: refuse them by name (a tripwire too)
+os.mkfifo = os.mknod = posix.mkfifo = posix.mknod = _refuse_node
+del posix
 del json, resource
 import runpy, traceback
 main = os.path.join(root, "main.py")
@@ -142,6 +172,8 @@ class SandboxResult:
         timed_out: the wall-clock timeout fired.
         truncated: stdout or stderr was cut to max_output_bytes.
         duration_s: wall-clock seconds.
+        stdout_bytes, stderr_bytes: bytes the program wrote to each stream
+            (before truncation; at most RLIMIT_FSIZE).
     """
 
     stdout: str
@@ -150,6 +182,8 @@ class SandboxResult:
     timed_out: bool
     truncated: bool
     duration_s: float
+    stdout_bytes: int
+    stderr_bytes: int
 
     @property
     def ok(self) -> bool:
@@ -187,11 +221,11 @@ def isolation() -> dict[str, object]:
             "user": user, "prefix": prefix}
 
 
-def _read(f, budget: int) -> tuple[str, bool]:
+def _read(f, budget: int) -> tuple[str, int]:
+    """The first `budget` bytes of `f`, decoded, and the size of `f` in bytes."""
+    size = f.seek(0, os.SEEK_END)
     f.seek(0)
-    data = f.read(budget + 1)
-    cut = len(data) > budget
-    return data[:budget].decode("utf-8", "replace"), cut
+    return f.read(budget).decode("utf-8", "replace"), size
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, stdin: str = "") -> SandboxResult:
@@ -222,7 +256,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, stdin: str
         cpu = int(limits.timeout_s) + 1
         cfg = {
             "workdir": workdir,
-                "allow_fork": limits.allow_fork,
+            "allow_fork": limits.allow_fork,
             "rlimits": {
                 "RLIMIT_CPU": cpu,
                 "RLIMIT_AS": int(limits.memory_bytes),
@@ -245,10 +279,12 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, stdin: str
                 timed_out = True
             _kill_group(proc.pid)  # also reaps children left behind by a finished program
             proc.wait()
-            stdout, cut_out = _read(out, limits.max_output_bytes)
-            stderr, cut_err = _read(err, limits.max_output_bytes)
+            stdout, out_bytes = _read(out, limits.max_output_bytes)
+            stderr, err_bytes = _read(err, limits.max_output_bytes)
         return SandboxResult(stdout=stdout, stderr=stderr, returncode=proc.returncode, timed_out=timed_out,
-                             truncated=cut_out or cut_err, duration_s=time.perf_counter() - start)
+                             truncated=max(out_bytes, err_bytes) > limits.max_output_bytes,
+                             duration_s=time.perf_counter() - start, stdout_bytes=out_bytes,
+                             stderr_bytes=err_bytes)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

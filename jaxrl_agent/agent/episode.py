@@ -2,7 +2,7 @@
 
 The actor appends the prompt, each action (engine ids + logprobs) and each
 observation suffix; `to_trajectory` packs them into the numpy arrays of the
-trajectory contract (DESIGN.md) and validates them.
+trajectory contract (docs/DESIGN.md) and validates them.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from jaxrl_agent.learner.mesh import data_parallel_size, make_mesh
 from jaxrl_agent.models.config import ModelConfig, tiny_config
 
 ENGINES = ("embedded", "sglang")
+SPLITS = ("train", "test", "ood")
 STALE_POLICIES = ("drop", "tis")
 LEARNER_FIELDS = {f.name for f in dataclasses.fields(hparams_lib.LearnerHParams)}
 
@@ -73,7 +74,31 @@ def validate(config) -> None:
     if config.rollout.max_total_tokens > config.model.max_seq_len:
         _fail("rollout.max_total_tokens", f"{config.rollout.max_total_tokens} exceeds model.max_seq_len "
               f"({config.model.max_seq_len})")
-    get_chat_template(config.tokenizer.chat_template)
+    for split in config.eval.splits:
+        if split not in SPLITS:
+            _fail("eval.splits", f"unknown split {split!r}; expected some of {list(SPLITS)}")
+    for field, value in [("rollout.max_new_tokens", config.rollout.max_new_tokens),
+                         ("eval.max_new_tokens", config.eval.max_new_tokens),
+                         ("rollout.max_total_tokens", config.rollout.max_total_tokens),
+                         ("env.max_turns", config.env.max_turns)]:
+        if not isinstance(value, int) or value < 1:
+            _fail(field, f"expected an int >= 1, got {value!r}")
+    for field, value in [("rollout.temperature", config.rollout.temperature),
+                         ("eval.temperature", config.eval.temperature)]:
+        if not value > 0:
+            _fail(field, f"expected a sampling temperature > 0, got {value!r}")
+    if not isinstance(config.eval.samples_per_task, int) or config.eval.samples_per_task < 0:
+        _fail("eval.samples_per_task", f"expected an int >= 0, got {config.eval.samples_per_task!r}")
+    if not config.tokenizer.path and not 300 <= config.tokenizer.vocab_size <= 4096:
+        _fail("tokenizer.vocab_size", f"the debug tokenizer needs 300..4096 ids, got {config.tokenizer.vocab_size!r}")
+    if not config.model.hf_dir:
+        m = config.model
+        if m.num_heads % m.num_kv_heads:
+            _fail("model.num_heads", f"{m.num_heads} is not a multiple of model.num_kv_heads={m.num_kv_heads}")
+    try:
+        get_chat_template(config.tokenizer.chat_template)
+    except ValueError as e:
+        raise ConfigError(f"config.tokenizer.chat_template: {e}") from e
 
 
 def build_mesh(config) -> jax.sharding.Mesh:
@@ -185,14 +210,20 @@ def build_engine(config, params, model_cfg: ModelConfig, tokenizer: Tokenizer):
                           weight_version="0")
 
 
-def build_actor(config, engine, tokenizer: Tokenizer, *, temperature: float, max_new_tokens: int) -> Actor:
-    """An actor over `engine`; lockstep batching so runs are reproducible."""
+def build_actor(config, engine, tokenizer: Tokenizer, *, temperature: float, max_new_tokens: int,
+                episodes: int | None = None) -> Actor:
+    """An actor over `engine`; lockstep batching so collects are reproducible.
+
+    `episodes` is the most episodes one collect runs (default: one RL
+    iteration's tasks_per_iter * samples_per_task); lockstep needs them all in
+    flight at once to be reproducible, so max_in_flight is raised to it.
+    """
+    if episodes is None:
+        episodes = config.rollout.tasks_per_iter * config.rollout.samples_per_task
     return Actor(
         engine, tokenizer, chat_template=config.tokenizer.chat_template,
         max_total_tokens=int(config.rollout.max_total_tokens), max_turns=int(config.env.max_turns),
         max_new_tokens=int(max_new_tokens), temperature=float(temperature),
-        max_in_flight=max(int(config.rollout.max_in_flight),
-                          config.rollout.tasks_per_iter * config.rollout.samples_per_task,
-                          config.eval.num_tasks),
+        max_in_flight=max(int(config.rollout.max_in_flight), int(episodes)),
         max_batch_size=256, env_workers=8, lockstep=not config.train.async_mode,
         seed=int(config.seed))

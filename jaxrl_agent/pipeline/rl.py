@@ -88,12 +88,12 @@ def evaluate_policy(config, engine, tokenizer, *, prefix: str = "eval", splits: 
     out: dict[str, float] = {}
     splits = tuple(config.eval.splits if splits is None else splits)
     for mode, temperature, samples in eval_modes(config):
+        n_max = int(config.eval.num_tasks if num_tasks is None else num_tasks)
         with C.build_actor(config, engine, tokenizer, temperature=temperature,
-                           max_new_tokens=config.eval.max_new_tokens) as actor:
+                           max_new_tokens=config.eval.max_new_tokens, episodes=n_max * samples) as actor:
             actor.seed = int(config.seed) * 7_919 + 17
             for split in splits:
-                n = min(int(config.eval.num_tasks if num_tasks is None else num_tasks),
-                        len(C.split_tasks(config, split)))
+                n = min(n_max, len(C.split_tasks(config, split)))
                 specs = C.episode_specs(config, split, range(n))
                 out.update(evaluate(actor, specs, prefix=f"{prefix}/{split}/{mode}", samples_per_task=samples))
     return out

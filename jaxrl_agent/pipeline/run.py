@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from jaxrl_agent.data.tasks import task_iterator
 import jaxrl_agent.environments as envs
-from jaxrl_agent.learner.checkpoint import Checkpointer, abstract_like
+from jaxrl_agent.learner.checkpoint import Checkpointer, CheckpointError, abstract_like
 from jaxrl_agent.learner.distributed import is_main_process, maybe_initialize_distributed
 from jaxrl_agent.learner.train_state import abstract_state, init_train_state
 from jaxrl_agent.pipeline import components as C
@@ -87,12 +87,10 @@ def run_training(config, workdir: str) -> dict:
     hp = C.learner_hparams(config, iterations * config.learner.ppo_epochs * config.learner.num_minibatches)
     maybe_initialize_distributed()
     mesh = C.build_mesh(config)
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise C.ConfigError(f"--workdir: {workdir} exists and is not a directory")
     os.makedirs(workdir, exist_ok=True)
     main = is_main_process()
-    writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=main)
-    if main:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
     say = print if main else (lambda *a, **k: None)
     tok = C.build_tokenizer(config, workdir)
     seed = int(config.seed)
@@ -103,6 +101,12 @@ def run_training(config, workdir: str) -> dict:
     export_dir = config.rollout.export_dir or os.path.join(workdir, "exports")
     export_dtype = config.rollout.export_dtype or None
     latest = ckpt.latest_step()
+    summary_path = os.path.join(workdir, "summary.json")
+    if latest is not None and latest >= iterations and os.path.exists(summary_path):
+        say(f"run already complete (checkpoint {latest} >= train.iterations={iterations}): {summary_path}")
+        with open(summary_path) as f:
+            return json.load(f)
+    writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=main)
     if latest is None:
         t0 = time.perf_counter()
         if config.warmstart.steps > 0:
@@ -114,18 +118,28 @@ def run_training(config, workdir: str) -> dict:
         sync_weights(engine, state.params, model_cfg, 0, export_dir, export_dtype)
         meta = {"iteration": 0, "data_iter": data_it.get_state(), "warmstart_s": time.perf_counter() - t0}
         meta["eval_before"] = evaluate_policy(config, engine, tok)
-        writer.write(0, meta["eval_before"])
         ckpt.save(0, {"state": state, "ref": ref}, metadata=meta, force=True)
     else:
         target = {"state": abstract_state(model_cfg, hp, mesh), "ref": None}
         if hp.use_kl:
             target["ref"] = abstract_like(target["state"].params)
-        restored, meta = ckpt.restore(target, step=latest)
+        try:
+            restored, meta = ckpt.restore(target, step=latest)
+        except CheckpointError as e:
+            raise C.ConfigError(
+                f"--workdir: checkpoint {latest} in {ckpt.directory} does not fit this config ({e}); resume with "
+                f"the config the run started with ({os.path.join(workdir, 'config.json')}) or use a new --workdir"
+            ) from e
         state, ref = restored["state"], restored["ref"]
         data_it.set_state(meta["data_iter"])
         engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
         sync_weights(engine, state.params, model_cfg, int(jax.device_get(state.step)), export_dir, export_dtype)
         say(f"resumed from {ckpt.directory} at iteration {meta['iteration']}")
+    if main:  # written once the run's state is known to fit this config (a failed resume leaves it)
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
+    if latest is None:
+        writer.write(0, meta["eval_before"])
     say("held-out before RL: " + ", ".join(f"{k}={v:.3f}" for k, v in meta["eval_before"].items()
                                            if k.endswith("success")))
     start = int(meta["iteration"])

@@ -3,7 +3,7 @@
     jaxrl-agent serve --tiny-random --port 30000
     python -m jaxrl_agent.rollout.server --model-dir DIR --port 30000
 
-Routes and fields follow shared/SGLANG_API.md, so `SGLangClient` runs
+Routes and fields follow docs/SGLANG_API.md, so `SGLangClient` runs
 unchanged against this server and against a real SGLang. Concurrent
 /generate requests are gathered into one engine batch (each row keeps its own
 sampling parameters and seed). While paused, new generations wait up to

@@ -1,6 +1,6 @@
 """Request validation and response building for the SGLang-contract server.
 
-Turns SGLang's POST /generate JSON (shared/SGLANG_API.md) into prompts and
+Turns SGLang's POST /generate JSON (docs/SGLANG_API.md) into prompts and
 SamplingParams, and GenerateOutputs back into SGLang response items. Every
 rejection is a `BadRequest` whose message names the offending field.
 """

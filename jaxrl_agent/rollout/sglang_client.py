@@ -1,4 +1,4 @@
-"""RolloutEngine over SGLang's native HTTP API (shared/SGLANG_API.md).
+"""RolloutEngine over SGLang's native HTTP API (docs/SGLANG_API.md).
 
 One POST /generate per prompt (token ids in, token ids + logprobs out), many
 in flight on an `httpx.AsyncClient` behind an `asyncio.Semaphore`, spread

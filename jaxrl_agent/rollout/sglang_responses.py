@@ -1,7 +1,7 @@
 """Parsing of SGLang's native POST /generate responses into GenerateOutput.
 
 Pinned against SGLang's `io_struct.py` / `http_server.py` as summarized in
-shared/SGLANG_API.md (late 2026). Unknown keys pass through untouched into
+docs/SGLANG_API.md (late 2026). Unknown keys pass through untouched into
 `GenerateOutput.meta`; a missing required field raises `SGLangResponseError`
 naming the field, so an API change is reported at the door instead of
 producing silently empty completions.
