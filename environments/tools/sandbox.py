@@ -13,22 +13,34 @@ runs `python -I -B` (isolated mode: no user site, no PYTHON* variables) under:
   via `unshare -rn`), the child runs in a fresh network namespace with no
   interfaces ("netns"). In every case an audit hook (PEP 578) inside the child
   refuses all `socket.*` events, so creating a socket raises PermissionError;
-- filesystem: the audit hook refuses opening for writing, creating, removing,
-  renaming, linking or chmod/chown of any path outside the working directory,
-  and refuses `subprocess`/`os.system`/`os.exec*`/`os.posix_spawn` and all
-  `ctypes` events (which could bypass the hook). When the parent runs as root,
-  the child is started through `setpriv` as uid/gid 65534 (nobody) with no
-  supplementary groups, keeping only the ambient capability
-  CAP_DAC_READ_SEARCH (read any file, e.g. a Python installed under a
-  root-only home); the kernel itself then refuses writes to root-owned paths
-  (/etc, /usr, ...) and RLIMIT_NPROC counts only sandboxed processes. The
-  probe (`isolation()`) falls back to the parent's user when this fails.
+- an audit hook (PEP 578) in the child, a tripwire that refuses: opening for
+  writing, creating, removing, renaming, linking or chmod/chown/utime of any
+  path outside the working directory; `subprocess`, `os.system`, `os.exec*`,
+  `os.spawn*`, `os.posix_spawn*`, `pty.spawn`, `sqlite3.connect`, all `ctypes`
+  events, and `os.fork`/`os.forkpty` when `allow_fork` is False (a forked
+  child keeps the hook); importing native modules whose C code acts without
+  raising those events (`_posixsubprocess`, `subprocess`, `ctypes`, `sqlite3`,
+  `_multiprocessing`, `_posixshmem`, sub-interpreters, `_testcapi`), raised as
+  ImportError so libraries with optional imports (numpy's ctypes) still load;
+  such modules are also dropped from sys.modules before user code runs.
+  `os.mkfifo`/`os.mknod` (no audit event) are replaced by refusing functions.
+- user: when the parent runs as root, the child is started through `setpriv`
+  as uid/gid 65534 (nobody) with no supplementary groups, keeping only the
+  ambient capability CAP_DAC_READ_SEARCH (read any file, e.g. a Python
+  installed under a root-only home); the kernel itself then refuses writes to
+  root-owned paths (/etc, /usr, ...) and RLIMIT_NPROC counts only sandboxed
+  processes. The probe (`isolation()`) falls back to the parent's user when
+  this fails.
 
-What is NOT isolated: reading files the (dropped) user may read, and, without
-root, only the audit hook stands between the code and the user's own writable
-files (audit hooks are a tripwire, not a security boundary: code that reaches
-native memory could remove them). Full filesystem isolation would need mount
-namespaces / containers, which this module does not set up.
+The boundary is what the OS enforces: rlimits, the network namespace, uid
+nobody. The audit hook is a tripwire, not a security boundary: any native
+code path that raises no audit event (an extension module not listed above,
+a C library doing its own I/O) or that reaches interpreter memory could bypass
+or remove it. What is NOT isolated: reading files the (dropped) user may
+read, and writing where nobody may write (world-writable dirs such as /tmp)
+by such a bypass; without root, only the tripwire stands between the code and
+the user's own files. Full filesystem isolation would need mount namespaces /
+containers (or seccomp), which this module does not set up.
 """
 
 from __future__ import annotations
