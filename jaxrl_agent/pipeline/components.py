@@ -196,8 +196,10 @@ def load_model(config, tokenizer: Tokenizer, rng: jax.Array) -> tuple[ModelConfi
     return model_cfg, init_params(model_cfg, rng)
 
 
-def build_engine(config, params, model_cfg: ModelConfig, tokenizer: Tokenizer):
-    """The rollout engine: embedded JAX engine or SGLang HTTP client."""
+def build_engine(config, params, model_cfg: ModelConfig, tokenizer: Tokenizer, *, weight_version: str = "0"):
+    """The rollout engine: embedded JAX engine on `params` (labelled
+    `weight_version`), or the SGLang HTTP client (params unused: weights reach
+    the servers through weight sync)."""
     if config.rollout.engine == "sglang":
         from jaxrl_agent.rollout.sglang_client import SGLangClient
 
@@ -207,7 +209,7 @@ def build_engine(config, params, model_cfg: ModelConfig, tokenizer: Tokenizer):
     eos = [tokenizer.eos_id]
     return EmbeddedEngine(params, model_cfg, max_seq_len=int(config.model.max_seq_len),
                           batch_buckets=(16, 64, 128), eos_token_ids=eos, seed=int(config.seed),
-                          weight_version="0")
+                          weight_version=weight_version)
 
 
 def build_actor(config, engine, tokenizer: Tokenizer, *, temperature: float, max_new_tokens: int,

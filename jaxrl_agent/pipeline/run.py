@@ -107,6 +107,19 @@ def run_training(config, workdir: str) -> dict:
         with open(summary_path) as f:
             return json.load(f)
     writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=main)
+
+    def start_engine(state):
+        """The rollout engine serving `state.params` as weight_version state.step.
+
+        The embedded engine is built on a copy of the params directly; an HTTP
+        engine (SGLang) gets them through the weight-sync export.
+        """
+        version = int(jax.device_get(state.step))
+        engine = C.build_engine(config, _copy(state.params), model_cfg, tok, weight_version=str(version))
+        if config.rollout.engine != "embedded":
+            sync_weights(engine, state.params, model_cfg, version, export_dir, export_dtype)
+        return engine
+
     if latest is None:
         t0 = time.perf_counter()
         if config.warmstart.steps > 0:
@@ -114,8 +127,7 @@ def run_training(config, workdir: str) -> dict:
             params, _ = _warmstart(config, params, model_cfg, tok, lambda i, m: writer.write(i, m))
         state = init_train_state(model_cfg, hp, jax.random.key(seed + 1), mesh=mesh, params=params)
         ref = _copy(state.params) if hp.use_kl else None
-        engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
-        sync_weights(engine, state.params, model_cfg, 0, export_dir, export_dtype)
+        engine = start_engine(state)
         meta = {"iteration": 0, "data_iter": data_it.get_state(), "warmstart_s": time.perf_counter() - t0}
         meta["eval_before"] = evaluate_policy(config, engine, tok)
         ckpt.save(0, {"state": state, "ref": ref}, metadata=meta, force=True)
@@ -132,8 +144,7 @@ def run_training(config, workdir: str) -> dict:
             ) from e
         state, ref = restored["state"], restored["ref"]
         data_it.set_state(meta["data_iter"])
-        engine = C.build_engine(config, _copy(state.params), model_cfg, tok)
-        sync_weights(engine, state.params, model_cfg, int(jax.device_get(state.step)), export_dir, export_dtype)
+        engine = start_engine(state)
         say(f"resumed from {ckpt.directory} at iteration {meta['iteration']}")
     if main:  # written once the run's state is known to fit this config (a failed resume leaves it)
         with open(os.path.join(workdir, "config.json"), "w") as f:
