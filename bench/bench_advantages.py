@@ -1,12 +1,17 @@
 """Throughput of token-level `gae` and turn-level `step_gae` (not a test).
 
 Compares, in one run and on the same arrays:
-  - jax serial scan (method="serial") and log-depth scan (method="associative");
+  - every jax method of `jaxrl_agent.scans.METHODS`: "serial" (lax.scan),
+    "associative" (log-depth lax.associative_scan), "chunked" (two-level scan)
+    and "blocked" (closed form per block of positions, matmuls, no transpose);
   - a per-timestep Python loop over torch tensors, like verl's
     `compute_gae_advantage_return` (with its response_mask pass-through), and the
     same loop over NumPy arrays;
   - the memory-copy floor: a jitted elementwise op that reads every input once
     and writes both outputs once (same bytes as gae's unavoidable traffic).
+
+step_gae runs at S = T / --tokens-per-step turns and at S = T (the issue's
+literal reading: step_gae on as many steps as gae has tokens).
 
 Usage:
   python bench/bench_advantages.py                    # full grid, CPU
@@ -30,7 +35,7 @@ def parse_args():
     p.add_argument("--platform", default="cpu", help="JAX platform: cpu, gpu (cuda) or tpu")
     p.add_argument("--batch", type=int, nargs="+", default=[64, 256], help="B values")
     p.add_argument("--tokens", type=int, nargs="+", default=[4096, 32768], help="T values")
-    p.add_argument("--tokens-per-step", type=int, default=64, help="step_gae uses S = T / this")
+    p.add_argument("--tokens-per-step", type=int, default=64, help="step_gae uses S = T / this (and S = T)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats for jax (median)")
     p.add_argument("--loop-max-elements", type=int, default=2_000_000,
                    help="Python loops run once (not repeated) above this many B*T elements")
@@ -172,8 +177,9 @@ def main():
         for t in ARGS.tokens:
             bench_case("gae", b, t, rng, rows)
             print(f"gae B={b} T={t} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
-            s = max(t // ARGS.tokens_per_step, 1)
-            bench_case("step_gae", b, s, rng, rows)
+            for s in sorted({max(t // ARGS.tokens_per_step, 1), t}):
+                bench_case("step_gae", b, s, rng, rows)
+                print(f"step_gae B={b} S={s} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
     text = table(rows)
     meta = (f"date: {datetime.date.today()}; jax {jax.__version__}; torch {torch.__version__}; "
             f"numpy {np.__version__}\nhardware: {hardware()}\n"

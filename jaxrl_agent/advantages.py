@@ -21,10 +21,12 @@ Three levels (docs/DESIGN.md, "Credit assignment"):
 
 The recurrences x_t = a_t x_{t+1} + b_t behind GAE and returns are solved by
 `jaxrl_agent.scans`: `method="serial"` (lax.scan, depth T), `"associative"`
-(lax.associative_scan, depth O(log T)) or `"chunked"` (two-level scan); all
-agree to float32 rounding. Defaults follow the CPU benchmark
-(docs/benchmarks.md): "chunked" over tokens (1.6-2.6x faster than
-"serial" at T = 4096-32768), "serial" over turns (S <= 512: a few percent faster).
+(lax.associative_scan, depth O(log T)), `"chunked"` (two-level scan) or
+`"blocked"` (closed form per block of positions, matmuls, no transpose; falls
+back to "chunked" for gamma * lambda_ < scans.BLOCKED_MIN_DECAY); all agree to
+float32 rounding. Defaults follow the CPU benchmark (docs/benchmarks.md):
+"blocked" over tokens and turns (2-4x faster than "chunked" at T = 4096-32768;
+at S = 64-512 as fast as or faster than "serial").
 
 Standard-deviation convention: all group and whitening statistics use the
 unbiased estimator (ddof=1, Bessel's correction), as `torch.std` does by default
@@ -151,8 +153,9 @@ def gae(
         token; used for rows that are truncated.
       truncated: optional [B] bool; None with bootstrap_value bootstraps every
         row. Requires bootstrap_value.
-      method: "chunked" (two-level lax.scan, the default), "serial" (lax.scan)
-        or "associative" (lax.associative_scan); see `jaxrl_agent.scans`.
+      method: "blocked" (closed form per block, the default), "chunked"
+        (two-level lax.scan), "serial" (lax.scan) or "associative"
+        (lax.associative_scan); see `jaxrl_agent.scans`.
 
     Returns:
       (advantages, returns), both [B, T] float32 (float64 for float64 input),
@@ -176,7 +179,7 @@ def step_gae(
     lambda_: float,
     bootstrap_value: Array | None = None,
     truncated: Array | None = None,
-    method: str = "serial",  # S is small: serial is fastest on CPU (benchmarks)
+    method: str = DEFAULT_METHOD,  # "blocked": fastest at every S benchmarked (S = 64-32768)
 ) -> tuple[Array, Array]:
     """Step-level (per-turn) GAE: `gae`'s recurrence over turns.
 
@@ -255,7 +258,7 @@ def step_discounted_returns(
     gamma: float,
     bootstrap_value: Array | None = None,
     truncated: Array | None = None,
-    method: str = "serial",  # S is small: serial is fastest on CPU (benchmarks)
+    method: str = DEFAULT_METHOD,  # as step_gae (same pass-through kernel; not benchmarked alone)
 ) -> Array:
     """Discounted returns over turns: `discounted_returns` on [B, S] step arrays.
 

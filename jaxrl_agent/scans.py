@@ -2,8 +2,8 @@
 
 The recurrence behind every discounted quantity in RL (returns, GAE traces,
 the "value of the next masked position" of a masked sequence), solved along
-the time axis of `[B, T]` arrays by one of three methods that agree to float32
-rounding:
+the time axis of `[B, T]` arrays by one of four methods that agree to float32
+rounding (relative 1e-5, tests/test_scans.py):
 
 - "serial": one `lax.scan` over time (depth T), time-major after one
   transpose, unrolled by `SERIAL_UNROLL`.
@@ -16,28 +16,44 @@ rounding:
   C ~ sqrt(T/2) positions): compose each chunk's maps (scan over C, vectorized
   over the B * T/C chunks), scan over the chunk boundaries, then re-run every
   chunk from its end state: 2C + T/C sequential steps over wide vectors.
-  Fastest on CPU at every size we measured (docs/benchmarks.md).
+- "blocked" (the default): for the pass-through decays of the masked
+  estimators (a_t in {base, 1}), a closed form per block of `BLOCK` positions
+  in the [B, T] layout, with no transpose: decays inside a block are powers
+  base**(N_j - N_t) of within-block decay counts N, so counts and suffix sums
+  are matmuls by fixed triangular 0/1 matrices (`_pass_through_blocked`), and
+  a reduce-then-scan over the T/BLOCK block boundaries joins the blocks. Falls
+  back to "chunked" when base < BLOCKED_MIN_DECAY (e.g. lambda_ = 0), and for
+  the general a of `reverse_linear_recurrence`. Fastest on CPU at every size
+  we measured (docs/benchmarks.md): 2-4x "chunked" for token-level GAE.
 
 `reverse_linear_recurrence` is the general solver. `masked_gae_trace` is the
 masked GAE trace of `jaxrl_agent.advantages` as one fused pass: it couples the
 trace with a second recurrence (the value of the next masked position), which
 "serial" and "chunked" carry in the same scan (about 2x faster on CPU than two
-`reverse_linear_recurrence` calls at T = 32768) and "associative" solves as two
-calls.
+`reverse_linear_recurrence` calls at T = 32768), "associative" solves as two
+calls and "blocked" folds into the trace (`_gae_blocked_kernel`).
+`masked_discounted_returns` is the pass-through return recurrence.
 """
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxrl_agent.checks import check_choice, check_shape
 
 Array = jax.Array
-METHODS = ("serial", "associative", "chunked")
-DEFAULT_METHOD = "chunked"  # fastest on CPU, see docs/benchmarks.md
+METHODS = ("serial", "associative", "chunked", "blocked")
+DEFAULT_METHOD = "blocked"  # fastest on CPU at every gae size, see docs/benchmarks.md
 SERIAL_UNROLL = 8  # serial scan unroll (CPU timing); see docs/benchmarks.md
+BLOCK = 64  # positions per block of "blocked" (CPU timing); see docs/benchmarks.md
+# "blocked" scales by base**k for |k| <= BLOCK / 2 + 1; at 0.15, base**33 ~ 6e-28 stays far from
+# float32 underflow, and the GAE rescaling 1 / lambda_ (`_gae_blocked_kernel`) is below 7.
+BLOCKED_MIN_DECAY = 0.15
 
 
 def affine_compose(later: tuple[Array, Array], earlier: tuple[Array, Array]) -> tuple[Array, Array]:
@@ -113,7 +129,114 @@ def _chunked(a: Array, b: Array, init: Array) -> Array:
     return x.reshape(c, bsz, nc).transpose(1, 2, 0).reshape(bsz, nc * c)[:, pad:]
 
 
-_SOLVERS = {"serial": _serial, "associative": _associative, "chunked": _chunked}
+_SOLVERS = {"serial": _serial, "associative": _associative, "chunked": _chunked,
+            "blocked": _chunked}  # general a: see `reverse_linear_recurrence`
+
+
+# ----------------------------------------------------------------------------
+# "blocked": closed form per block for pass-through decays a_t in {base, 1}.
+
+
+def _states_after(a: Array, b: Array, init: Array) -> Array:
+    """[B, N] x_{t+1} of x_t = a_t x_{t+1} + b_t (x_N = init), batch-major throughout.
+
+    Reduce-then-scan like `_chunked`, but each step reads and writes a column of
+    row-major [B, NC, C] arrays (lax.fori_loop + dynamic indexing) instead of
+    transposing to time-major; the result is a plain row-major buffer, so the
+    consumer (a [B, T] fusion of "blocked") reads it without a transpose.
+    """
+    bsz, n = a.shape
+    c = chunk_size(n)
+    nc = -(-n // c)
+    pad = nc * c - n
+    if pad:
+        a, b = (jnp.pad(x, ((0, 0), (pad, 0))) for x in (a, b))
+    a3, b3 = (x.reshape(bsz, nc, c) for x in (a, b))
+
+    def col(x, k):
+        return lax.dynamic_index_in_dim(x, k, axis=x.ndim - 1, keepdims=False)
+
+    def summarize(i, acc):  # acc: the map from the chunk's end state to x_k
+        a_k = col(a3, c - 1 - i)
+        return a_k * acc[0], a_k * acc[1] + col(b3, c - 1 - i)
+
+    one = jnp.ones((bsz, nc), a.dtype)
+    a_c, b_c = lax.fori_loop(0, c, summarize, (one, jnp.zeros_like(one)))
+
+    def propagate(i, carry):  # x: the state after chunk j
+        x, out = carry
+        j = nc - 1 - i
+        return col(a_c, j) * x + col(b_c, j), lax.dynamic_update_index_in_dim(out, x, j, axis=1)
+
+    _, x_end = lax.fori_loop(0, nc, propagate, (init, jnp.zeros((bsz, nc), a.dtype)))
+
+    def rerun(i, carry):  # x: the state after position k
+        x, out = carry
+        k = c - 1 - i
+        return col(a3, k) * x + col(b3, k), lax.dynamic_update_index_in_dim(out, x, k, axis=2)
+
+    _, out = lax.fori_loop(0, c, rerun, (x_end, jnp.zeros((bsz, nc, c), a.dtype)))
+    return out.reshape(bsz, nc * c)[:, pad:]
+
+
+def _pass_through_blocked(b: Array, m: Array, init: Array, base: Array) -> Array:
+    """x_t = a_t x_{t+1} + b_t, a_t = base if m_{t+1} else 1 (virtual m_T = True), x_T = init.
+
+    Closed form per block of C = BLOCK positions, in the [B, T] layout (no
+    transpose). With N_t the number of decays base applied between the block
+    start and t (N_t = #{u in (start, t] : m_u}), the decay from t to j >= t is
+    base**(N_j - N_t), so
+
+        x_t = base**-N_t * (sum_{j >= t in block} base**N_j b_j + base**N_E x_E),
+
+    where x_E is the state after the block and N_E its total decay count. The
+    counts and the in-block suffix sums are matmuls of [B * T/C, C] by fixed
+    triangular 0/1 matrices (BLAS-friendly); the block boundaries are joined by
+    `_states_after` over [B, T/C]. Exponents are centred on C/2, so every
+    scale is base**k with |k| <= C/2 + 1; base >= BLOCKED_MIN_DECAY keeps
+    them well inside float32 (callers check it, see `_with_fallback`).
+    Elementwise work stays in [B, T]/[rows, 64]-shaped fusions: XLA:CPU
+    vectorizes those well, while minor dimensions of 16-32 ran ~3x slower.
+    """
+    bsz, t = b.shape
+    c = BLOCK
+    nb = -(-t // c)
+    pad = nb * c - t
+    if pad:  # left-pad: the reverse recurrence reaches these positions last, then drops them
+        b = jnp.pad(b, ((0, 0), (pad, 0)))
+        m = jnp.pad(m, ((0, 0), (pad, 0)))
+    dtype = b.dtype
+    log_base = jnp.log(jnp.asarray(base, dtype))
+    idx = np.arange(c)
+    count_mat = jnp.asarray((idx[:, None] >= 1) & (idx[:, None] <= idx[None, :]), dtype)
+    suffix_mat = jnp.asarray(idx[:, None] >= idx[None, :], dtype)
+    hi = lax.Precision.HIGHEST  # no reduced-precision matmul passes on GPU/TPU
+    # 0/1 inputs and counts <= c are exact in bfloat16 with float32 accumulation (and cheaper).
+    n = jnp.dot(m.astype(jnp.bfloat16).reshape(bsz * nb, c), count_mat.astype(jnp.bfloat16),
+                preferred_element_type=jnp.float32).reshape(bsz, nb * c).astype(dtype)
+    # Exponents are centred on c/2, so every scale is base**k with |k| <= c/2 + 1.
+    half = c // 2
+    s = jnp.dot((jnp.exp((n - half) * log_base) * b).reshape(bsz * nb, c), suffix_mat, precision=hi)
+    s = s.reshape(bsz, nb, c)
+    m_after = jnp.concatenate([m.reshape(bsz, nb, c)[:, 1:, 0], jnp.ones((bsz, 1), bool)], axis=1)
+    n_end = n.reshape(bsz, nb, c)[:, :, -1] + m_after  # N_E, [B, NB]
+    # Block maps x_start = base**N_E x_E + base**half s[..., 0]; base**N_E may underflow (a
+    # negligible decay), so the carry is rescaled from x_E itself: base**(N_E - half) x_E.
+    x_end = _states_after(jnp.exp(n_end * log_base), jnp.exp(half * log_base) * s[:, :, 0], init)
+    carry = jnp.exp((n_end - half) * log_base) * x_end
+    x = jnp.exp((half - n) * log_base) * (s + carry[:, :, None]).reshape(bsz, nb * c)
+    return x[:, pad:]
+
+
+def _with_fallback(decay, blocked, fallback, *args):
+    """`blocked(*args)` where decay >= BLOCKED_MIN_DECAY, else `fallback(*args)`.
+
+    A Python/NumPy scalar decay picks the branch at trace time; a traced one
+    (e.g. gamma a jit argument) selects with lax.cond, compiling both.
+    """
+    if isinstance(decay, numbers.Real):
+        return (blocked if decay >= BLOCKED_MIN_DECAY else fallback)(*args)
+    return lax.cond(jnp.asarray(decay) >= BLOCKED_MIN_DECAY, blocked, fallback, *args)
 
 
 def reverse_linear_recurrence(
@@ -134,8 +257,10 @@ def reverse_linear_recurrence(
       a: [B, T] float, multiplier of x_{t+1} (e.g. a discount, 0 resets).
       b: [B, T] float, additive term (e.g. a reward or TD error).
       init: [B] float, x_T (the state after the last position).
-      method: "serial", "associative" or "chunked" (see module docstring);
-        all agree to float32 rounding.
+      method: "serial", "associative", "chunked" or "blocked" (see module
+        docstring); all agree to float32 rounding. "blocked" needs decays of
+        the form a_t in {base, 1} (`masked_discounted_returns`,
+        `masked_gae_trace`); for the general a here it runs "chunked".
 
     Returns:
       x: [B, T], dtype of a * b * init promoted to at least float32.
@@ -243,7 +368,30 @@ def _gae_associative(r, v, m, init, gamma, gamma_lambda):
     return _associative(a_trace, delta, jnp.zeros_like(init))
 
 
-_GAE_SOLVERS = {"serial": _gae_serial, "associative": _gae_associative, "chunked": _gae_chunked}
+def _gae_blocked_kernel(r, v, m, init, gamma, gamma_lambda):
+    """The masked GAE trace as ONE pass-through recurrence (`_pass_through_blocked`).
+
+    The coupled term gamma * w_{t+1} of a masked t is gamma * v_j at the next
+    masked position j (or gamma * init), and the trace decays by exactly
+    gamma_lambda from j to t; so it is moved to j as (gamma / gamma_lambda) v_j:
+    y_t = a_t y_{t+1} + r_t + [m_t] (k - 1) v_t with k = gamma / gamma_lambda
+    (= 1 / lambda_) and y_T = k * init. Then y_t = x_t + k v_t on masked t,
+    which subtracts the one moved term that belongs to earlier positions. The
+    rounding of that subtraction is at most k * eps * |v_t|; gamma_lambda >=
+    BLOCKED_MIN_DECAY bounds k by 1 / BLOCKED_MIN_DECAY for gamma <= 1.
+    """
+    k = gamma / gamma_lambda
+    y = _pass_through_blocked(r + jnp.where(m, (k - 1.0) * v, 0.0), m, k * init, gamma_lambda)
+    return y - k * v
+
+
+def _gae_blocked(r, v, m, init, gamma, gamma_lambda):
+    return _with_fallback(gamma_lambda, _gae_blocked_kernel, _gae_chunked, r, v, m, init, gamma,
+                          gamma_lambda)
+
+
+_GAE_SOLVERS = {"serial": _gae_serial, "associative": _gae_associative, "chunked": _gae_chunked,
+                "blocked": _gae_blocked}
 
 
 def masked_gae_trace(
@@ -268,16 +416,20 @@ def masked_gae_trace(
     over the compressed sequence of masked positions (unmasked rewards folded
     into the preceding masked position); see `jaxrl_agent.advantages.gae`.
     Both are instances of `reverse_linear_recurrence` (w: a = 1 - m, b = m v);
-    "serial" and "chunked" solve them in one fused pass.
+    "serial" and "chunked" solve them in one fused pass, "blocked" as one
+    pass-through recurrence (`_gae_blocked_kernel`; it needs gamma_lambda >=
+    BLOCKED_MIN_DECAY and otherwise runs "chunked", chosen at trace time for
+    Python scalars and by lax.cond for traced ones).
 
     Args:
       rewards: [B, T] float. values: [B, T] float. mask: [B, T] bool.
       init: [B] float, the value after the last position (0 when terminal).
-      gamma: discount. gamma_lambda: gamma * lambda_ (scalars or traced).
-      method: "serial", "associative" or "chunked".
+      gamma: discount in [0, 1]. gamma_lambda: gamma * lambda_ in [0, 1]
+        (scalars or traced).
+      method: "serial", "associative", "chunked" or "blocked".
 
     Returns:
-      x: [B, T] float, the trace at every position (read it where mask is true).
+      x: [B, T] float, the trace where mask is true and 0 elsewhere.
 
     Raises:
       ValueError: on shapes other than the above (naming the argument) or an
@@ -293,7 +445,8 @@ def masked_gae_trace(
     m = jnp.asarray(mask).astype(bool)
     if dims["T"] == 0:
         return jnp.zeros(r.shape, dtype)
-    return _GAE_SOLVERS[method](r, v, m, init, gamma, gamma_lambda)
+    x = _GAE_SOLVERS[method](r, v, m, init, gamma, gamma_lambda)
+    return jnp.where(m, x, 0.0)
 
 
 def masked_discounted_returns(
@@ -309,16 +462,29 @@ def masked_discounted_returns(
 
     Args:
       rewards: [B, T] float. mask: [B, T] bool. init: [B] float bootstrap value.
-      gamma: discount. method: as in `reverse_linear_recurrence`.
+      gamma: discount in [0, 1] (scalar or traced). method: as in
+        `reverse_linear_recurrence`; "blocked" runs the closed form
+        (`_pass_through_blocked`) when gamma >= BLOCKED_MIN_DECAY, else "chunked".
 
     Returns:
       [B, T] float (read it where mask is true).
 
     Raises:
-      ValueError: as `reverse_linear_recurrence`, naming rewards/mask.
+      ValueError: as `reverse_linear_recurrence`, naming rewards/mask/init.
     """
     dims = check_shape("rewards", rewards, ("B", "T"))
     check_shape("mask", mask, ("B", "T"), dims)
+    check_shape("init", init, ("B",), dims)
+    check_choice("method", method, METHODS)
     m = jnp.asarray(mask).astype(bool)
-    a = jnp.where(_next_is_masked(m), gamma, 1.0) if dims["T"] else jnp.zeros(m.shape)
-    return reverse_linear_recurrence(a, rewards, init, method=method)
+    if method != "blocked" or dims["T"] == 0:
+        a = jnp.where(_next_is_masked(m), gamma, 1.0) if dims["T"] else jnp.zeros(m.shape)
+        return reverse_linear_recurrence(a, rewards, init, method=method)
+    dtype = jnp.promote_types(jnp.result_type(rewards, init), jnp.float32)
+    r, init = (jnp.asarray(x, dtype) for x in (rewards, init))
+
+    def fallback(r, m, init, gamma):
+        a = jnp.where(_next_is_masked(m), gamma, 1.0).astype(dtype)
+        return _chunked(a, r, init)
+
+    return _with_fallback(gamma, _pass_through_blocked, fallback, r, m, init, gamma)

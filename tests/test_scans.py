@@ -1,5 +1,6 @@
-"""Tests for jaxrl_agent.scans: the three solvers agree with each other and with
-a NumPy loop, on random input with a = 0 (reset) and a = 1 (pass-through) entries."""
+"""Tests for jaxrl_agent.scans: the solvers agree with each other and with a NumPy
+loop, on random input with a = 0 (reset) and a = 1 (pass-through) entries; the
+"blocked" closed form equals "serial" on edge cases, under jit, vmap and grad."""
 
 import functools
 
@@ -80,7 +81,7 @@ def test_masked_gae_trace_and_returns_methods_agree():
     m = rng.random((4, 70)) < 0.6
     m[0] = False
     init = rng.normal(size=4).astype(np.float32)
-    ref = np_masked_gae(r, v, m, init, 0.97, 0.97 * 0.9)
+    ref = np.where(m, np_masked_gae(r, v, m, init, 0.97, 0.97 * 0.9), 0.0)  # 0 where unmasked
     gae = functools.partial(scans.masked_gae_trace, gamma=0.97, gamma_lambda=0.97 * 0.9)
     for x in _solve_all(gae)(r, v, m, init).values():
         _close(x, ref)
@@ -102,3 +103,96 @@ def test_bad_input_names_argument():
         scans.reverse_linear_recurrence(a, a, jnp.zeros(2), method="parallel")
     with pytest.raises(ValueError, match="mask"):
         scans.masked_gae_trace(a, a, jnp.ones((2, 4), bool), jnp.zeros(2), gamma=1.0, gamma_lambda=1.0)
+
+
+# ----------------------------------------------------------------------------
+# "blocked": the closed form per block, against "serial".
+
+# (gamma, lambda_): the benchmark's, gamma*lambda_ = 0.5, 0.0 and 1.0 (the last two: the
+# fallback and no decay), and the smallest gamma*lambda_ that runs the closed form.
+DECAYS = ((0.99, 0.95), (1.0, 0.5), (0.99, 0.0), (1.0, 1.0), (1.0, scans.BLOCKED_MIN_DECAY))
+
+
+@functools.cache
+def _blocked_and_serial():
+    """One jit per shape; gamma and gamma_lambda are traced (lax.cond picks the branch)."""
+    def f(r, v, m, init, gamma, gamma_lambda):
+        out = {}
+        for method in ("blocked", "serial"):
+            out[method] = (
+                scans.masked_gae_trace(r, v, m, init, gamma=gamma, gamma_lambda=gamma_lambda,
+                                       method=method),
+                jnp.where(m, scans.masked_discounted_returns(r, m, init, gamma=gamma_lambda,
+                                                             method=method), 0.0))
+        return out
+    return jax.jit(f)
+
+
+def _edge_rows(rng, bsz, t):
+    r = rng.normal(size=(bsz, t)).astype(np.float32)
+    v = rng.normal(size=(bsz, t)).astype(np.float32)
+    m = rng.random((bsz, t)) < 0.6
+    m[0] = False  # no masked position
+    m[1] = True  # all masked
+    if t > 1:
+        m[2, : t // 2] = False  # a long unmasked run (crosses blocks)
+    init = rng.normal(size=bsz).astype(np.float32)
+    return r, v, m, init
+
+
+# T = 1, 5 < BLOCK; 64 = BLOCK; 65, 200 not multiples; 1000: several blocks and chunks of carries.
+@pytest.mark.parametrize("t", [1, 5, 64, 65, 200, 1000])
+def test_blocked_equals_serial(t):
+    r, v, m, init = _edge_rows(np.random.default_rng(t), 4, t)
+    for gamma, lambda_ in DECAYS:
+        out = _blocked_and_serial()(r, v, m, init, np.float32(gamma), np.float32(gamma * lambda_))
+        for got, ref in zip(out["blocked"], out["serial"]):
+            assert got.shape == (4, t) and got.dtype == jnp.float32
+            _close(got, ref)
+        # the GAE trace also against the independent NumPy loop
+        _close(out["blocked"][0], np.where(m, np_masked_gae(r, v, m, init, gamma, gamma * lambda_), 0))
+
+
+def test_blocked_python_scalars_and_empty():
+    r, v, m, init = _edge_rows(np.random.default_rng(7), 4, 130)
+    for gamma, lambda_ in DECAYS:  # static decays choose the branch at trace time
+        got = scans.masked_gae_trace(r, v, m, init, gamma=gamma, gamma_lambda=gamma * lambda_,
+                                     method="blocked")
+        _close(got, np.where(m, np_masked_gae(r, v, m, init, gamma, gamma * lambda_), 0))
+    empty = np.zeros((3, 0), np.float32)
+    x = scans.masked_gae_trace(empty, empty, empty.astype(bool), np.zeros(3, np.float32),
+                               gamma=0.9, gamma_lambda=0.8, method="blocked")
+    assert x.shape == (3, 0)
+    assert scans.masked_discounted_returns(empty, empty.astype(bool), np.zeros(3, np.float32),
+                                           gamma=0.9, method="blocked").shape == (3, 0)
+
+
+def test_blocked_vmap_grad_and_one_compilation():
+    rng = np.random.default_rng(11)
+    stacked = [_edge_rows(rng, 3, 150) for _ in range(2)]
+    r2, v2, m2, init2 = (np.stack(x) for x in zip(*stacked))
+    traces = []
+
+    @jax.jit
+    def f(r2, v2, m2, init2, gamma, lambda_):
+        traces.append(r2.shape)
+        out = {}
+        for method in ("blocked", "serial"):
+            def total(r2, v2, method=method):  # sum of advantages, vmapped over the stack
+                x = jax.vmap(lambda *a: scans.masked_gae_trace(
+                    *a, gamma=gamma, gamma_lambda=gamma * lambda_, method=method))(r2, v2, m2, init2)
+                return jnp.sum(x), x
+            out[method] = jax.grad(total, argnums=(0, 1), has_aux=True)(r2, v2)
+        return out
+
+    for gamma, lambda_ in ((0.99, 0.95), (0.9, 0.7)):
+        out = f(r2, v2, m2, init2, np.float32(gamma), np.float32(lambda_))
+        (g_r, g_v), x = out["blocked"]
+        (ref_r, ref_v), ref_x = out["serial"]
+        for i in range(2):
+            _close(x[i], np.where(m2[i], np_masked_gae(r2[i], v2[i], m2[i], init2[i], gamma,
+                                                       gamma * lambda_), 0))
+        _close(x, ref_x)
+        _close(g_r, ref_r)
+        _close(g_v, ref_v)
+    assert traces == [(2, 3, 150)]  # traced gamma / lambda_: one compilation for both settings
