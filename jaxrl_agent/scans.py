@@ -23,8 +23,10 @@ rounding (relative 1e-5, tests/test_scans.py):
   are matmuls by fixed triangular 0/1 matrices (`_pass_through_blocked`), and
   a reduce-then-scan over the T/BLOCK block boundaries joins the blocks. Falls
   back to "chunked" when base < BLOCKED_MIN_DECAY (e.g. lambda_ = 0), and for
-  the general a of `reverse_linear_recurrence`. Fastest on CPU at every size
-  we measured (docs/benchmarks.md): 2-4x "chunked" for token-level GAE.
+  the general a of `reverse_linear_recurrence`. Runs on tiles of rows
+  (`_map_row_tiles`, about ROW_TILE_ELEMENTS elements each) so that its
+  intermediates stay cache-sized. Fastest on CPU at every size we measured
+  (docs/benchmarks.md): 2-4x "chunked" for token-level GAE.
 
 `reverse_linear_recurrence` is the general solver. `masked_gae_trace` is the
 masked GAE trace of `jaxrl_agent.advantages` as one fused pass: it couples the
@@ -54,6 +56,12 @@ BLOCK = 64  # positions per block of "blocked" (CPU timing); see docs/benchmarks
 # "blocked" scales by base**k for |k| <= BLOCK / 2 + 1; at 0.15, base**33 ~ 6e-28 stays far from
 # float32 underflow, and the GAE rescaling 1 / lambda_ (`_gae_blocked_kernel`) is below 7.
 BLOCKED_MIN_DECAY = 0.15
+# "blocked" runs on tiles of about this many elements (R = ROW_TILE_ELEMENTS // T rows), so its
+# [R, T] intermediates (256 KiB each) stay in the 1 MiB L2 instead of costing a [B, T] memory
+# pass each. 2**16 to 2**18 timed within load noise (2**15 slower at T=32768); 2**16 had the
+# lowest summed time over 3 runs at 3 of 4 gae sizes (tied at B=256, T=32768), 2 CPU cores;
+# see docs/benchmarks.md.
+ROW_TILE_ELEMENTS = 1 << 16
 
 
 def affine_compose(later: tuple[Array, Array], earlier: tuple[Array, Array]) -> tuple[Array, Array]:
@@ -228,6 +236,33 @@ def _pass_through_blocked(b: Array, m: Array, init: Array, base: Array) -> Array
     return x[:, pad:]
 
 
+def _map_row_tiles(fn, *args):
+    """fn(*args) for a row-independent fn, computed on tiles of R rows at a time.
+
+    args are [B, ...] arrays whose rows fn treats independently; fn returns
+    [B, T]. R = max(1, ROW_TILE_ELEMENTS // T): a tile's intermediates (the
+    [R, T] counts, scaled terms, matmul output of `_pass_through_blocked`) then
+    stay in L2, where each full [B, T] one cost a memory pass plus page faults
+    on a fresh buffer. A lax.fori_loop slices tile i at row min(i R, B - R) and
+    writes its [R, T] result into the output in place; when R does not divide
+    B, the last tile overlaps the one before (those rows are computed twice,
+    identically). B <= R: one call, no loop. jit, vmap and grad go through the
+    loop (static trip count).
+    """
+    bsz, t = args[0].shape[:2]
+    rows = max(1, ROW_TILE_ELEMENTS // max(t, 1))
+    if rows >= bsz:
+        return fn(*args)
+    out = jax.eval_shape(fn, *(jax.ShapeDtypeStruct((rows,) + x.shape[1:], x.dtype) for x in args))
+
+    def body(i, acc):
+        start = jnp.minimum(i * rows, bsz - rows)
+        tile = fn(*(lax.dynamic_slice_in_dim(x, start, rows, axis=0) for x in args))
+        return lax.dynamic_update_slice_in_dim(acc, tile, start, axis=0)
+
+    return lax.fori_loop(0, -(-bsz // rows), body, jnp.zeros((bsz,) + out.shape[1:], out.dtype))
+
+
 def _with_fallback(decay, blocked, fallback, *args):
     """`blocked(*args)` where decay >= BLOCKED_MIN_DECAY, else `fallback(*args)`.
 
@@ -379,19 +414,27 @@ def _gae_blocked_kernel(r, v, m, init, gamma, gamma_lambda):
     which subtracts the one moved term that belongs to earlier positions. The
     rounding of that subtraction is at most k * eps * |v_t|; gamma_lambda >=
     BLOCKED_MIN_DECAY bounds k by 1 / BLOCKED_MIN_DECAY for gamma <= 1.
+    Runs on row tiles (`_map_row_tiles`), the masking by m included, so no
+    [B, T] intermediate is materialized. Returns the masked trace (0 off m).
     """
-    k = gamma / gamma_lambda
-    y = _pass_through_blocked(r + jnp.where(m, (k - 1.0) * v, 0.0), m, k * init, gamma_lambda)
-    return y - k * v
+    def tile(r, v, m, init):
+        k = gamma / gamma_lambda
+        y = _pass_through_blocked(r + jnp.where(m, (k - 1.0) * v, 0.0), m, k * init, gamma_lambda)
+        return jnp.where(m, y - k * v, 0.0)
+
+    return _map_row_tiles(tile, r, v, m, init)
 
 
 def _gae_blocked(r, v, m, init, gamma, gamma_lambda):
-    return _with_fallback(gamma_lambda, _gae_blocked_kernel, _gae_chunked, r, v, m, init, gamma,
+    """The masked trace (0 where m is false): `_gae_blocked_kernel`, else "chunked"."""
+    def chunked(r, v, m, init, gamma, gamma_lambda):
+        return jnp.where(m, _gae_chunked(r, v, m, init, gamma, gamma_lambda), 0.0)
+
+    return _with_fallback(gamma_lambda, _gae_blocked_kernel, chunked, r, v, m, init, gamma,
                           gamma_lambda)
 
 
-_GAE_SOLVERS = {"serial": _gae_serial, "associative": _gae_associative, "chunked": _gae_chunked,
-                "blocked": _gae_blocked}
+_GAE_SOLVERS = {"serial": _gae_serial, "associative": _gae_associative, "chunked": _gae_chunked}
 
 
 def masked_gae_trace(
@@ -445,6 +488,8 @@ def masked_gae_trace(
     m = jnp.asarray(mask).astype(bool)
     if dims["T"] == 0:
         return jnp.zeros(r.shape, dtype)
+    if method == "blocked":  # masks inside its row tiles (no extra [B, T] pass)
+        return _gae_blocked(r, v, m, init, gamma, gamma_lambda)
     x = _GAE_SOLVERS[method](r, v, m, init, gamma, gamma_lambda)
     return jnp.where(m, x, 0.0)
 
@@ -487,4 +532,10 @@ def masked_discounted_returns(
         a = jnp.where(_next_is_masked(m), gamma, 1.0).astype(dtype)
         return _chunked(a, r, init)
 
-    return _with_fallback(gamma, _pass_through_blocked, fallback, r, m, init, gamma)
+    def blocked(r, m, init, gamma):  # row tiles, see `_map_row_tiles`
+        def tile(r, m, init):
+            return _pass_through_blocked(r, m, init, gamma)
+
+        return _map_row_tiles(tile, r, m, init)
+
+    return _with_fallback(gamma, blocked, fallback, r, m, init, gamma)

@@ -196,3 +196,40 @@ def test_blocked_vmap_grad_and_one_compilation():
         _close(g_r, ref_r)
         _close(g_v, ref_v)
     assert traces == [(2, 3, 150)]  # traced gamma / lambda_: one compilation for both settings
+
+
+# B = 7 with tiles of R = 3 rows: tiles at rows 0, 3 and 4 (the last overlaps); B = 6: two exact
+# tiles; B = 1: one tile, no loop.
+@pytest.mark.parametrize("bsz", [7, 6, 1])
+def test_blocked_row_tiles(bsz, monkeypatch):
+    t = 200
+    monkeypatch.setattr(scans, "ROW_TILE_ELEMENTS", 3 * t)
+    r, v, m, init = _edge_rows(np.random.default_rng(bsz), max(bsz, 3), t)
+    r, v, m, init = r[:bsz], v[:bsz], m[:bsz], init[:bsz]
+    gamma, lambda_ = 0.99, 0.95
+
+    def f(r, v, m, init, method):
+        return (scans.masked_gae_trace(r, v, m, init, gamma=gamma, gamma_lambda=gamma * lambda_,
+                                       method=method),
+                jnp.where(m, scans.masked_discounted_returns(r, m, init, gamma=gamma, method=method),
+                          0.0))
+
+    jaxpr = str(jax.make_jaxpr(functools.partial(f, method="blocked"))(r, v, m, init))
+    assert ("f32[3,200]" in jaxpr) == (bsz > 3)  # [R, T] tiles exactly when B exceeds R
+    got = jax.jit(functools.partial(f, method="blocked"))(r, v, m, init)
+    ref = jax.jit(functools.partial(f, method="serial"))(r, v, m, init)
+    for x, y in zip(got, ref):
+        assert x.shape == (bsz, t)
+        _close(x, y)
+    _close(got[0], np.where(m, np_masked_gae(r, v, m, init, gamma, gamma * lambda_), 0))
+
+    def total(r, v, method):  # gradients flow through the tile loop
+        return jnp.sum(jax.vmap(lambda *a: scans.masked_gae_trace(
+            *a, gamma=gamma, gamma_lambda=gamma * lambda_, method=method))(r, v, m[None], init[None]))
+
+    g_blocked = jax.jit(jax.grad(functools.partial(total, method="blocked"), argnums=(0, 1)))(
+        r[None], v[None])
+    g_serial = jax.jit(jax.grad(functools.partial(total, method="serial"), argnums=(0, 1)))(
+        r[None], v[None])
+    for x, y in zip(g_blocked, g_serial):
+        _close(x, y)
