@@ -47,11 +47,15 @@ def get_config() -> config_dict.ConfigDict:
     c.rollout.export_dtype = ""  # storage dtype of weight-sync exports ("" = param dtype; "bfloat16" for bf16 servers)
 
     c.warmstart = config_dict.ConfigDict()
-    c.warmstart.steps = 160  # SFT steps on gold demonstrations (0 skips the stage)
+    c.warmstart.steps = 320  # SFT steps on the demonstrations (0 skips the stage)
     c.warmstart.batch_size = 32  # demonstrations per SFT step
-    c.warmstart.num_demos = 512  # distinct demonstration episodes recorded
+    c.warmstart.num_demos = 1000  # demonstration episodes recorded, one per train task (<= the split's size)
     c.warmstart.lr = 3e-3  # peak SFT learning rate
     c.warmstart.warmup_steps = 20  # linear warmup, then cosine decay
+    # Fraction of demonstrations in which the demonstrator answers at once, without the
+    # calculator, with a wrong guess (an imperfect demonstrator on purpose: RL has to
+    # learn that the tool path is the rewarded one; 0 = gold demonstrations only).
+    c.warmstart.guess_fraction = 0.6
 
     c.learner = config_dict.ConfigDict()
     c.learner.estimator = "grpo"  # gae | step_gae | grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline

@@ -68,6 +68,7 @@ def get_config() -> config_dict.ConfigDict:
 
     c.warmstart.steps = 0  # no SFT warm-start: Qwen3 already follows the tool-call format
     c.warmstart.lr = 1e-5  # peak SFT learning rate (if steps > 0)
+    c.warmstart.guess_fraction = 0.0  # gold demonstrations only (if steps > 0)
 
     c.learner.lr = 1e-6  # policy learning rate; kl_coef stays 0: no reference copy of the 8B params
     c.learner.warmup_steps = 10  # optimizer warmup (updates)

@@ -78,6 +78,7 @@ def test_cli_rejects_unknown_estimator_quickly(tmp_path):
         ({"rollout.temperature": -1.0}, "config.rollout.temperature"),
         ({"model.num_heads": 3, "model.num_kv_heads": 2}, "config.model.num_heads"),
         ({"tokenizer.vocab_size": 10}, "config.tokenizer.vocab_size"),
+        ({"warmstart.guess_fraction": 1.0}, "config.warmstart.guess_fraction"),
     ],
 )
 def test_more_fields_fail_at_start_up(tmp_path, overrides, field):
@@ -102,3 +103,15 @@ def test_workdir_that_is_a_file(tmp_path):
     path.write_text("x")
     with pytest.raises(ConfigError, match="--workdir"):
         run_training(tiny_config(), str(path))
+
+
+def test_more_demonstrations_than_train_tasks(tmp_path):
+    from pipeline_helpers import tiny_config
+
+    from jaxrl_agent.pipeline.components import ConfigError
+    from jaxrl_agent.pipeline.run import run_training
+
+    config = tiny_config(**{"warmstart.num_demos": 5000})
+    with pytest.raises(ConfigError, match=r"config\.warmstart\.num_demos: 5000 exceeds the 1000 tasks"):
+        run_training(config, str(tmp_path / "run"))
+    assert not list((tmp_path / "run" / "checkpoints").glob("*"))  # nothing saved

@@ -87,6 +87,8 @@ def validate(config) -> None:
                          ("eval.temperature", config.eval.temperature)]:
         if not value > 0:
             _fail(field, f"expected a sampling temperature > 0, got {value!r}")
+    if not 0.0 <= config.warmstart.guess_fraction < 1.0:
+        _fail("warmstart.guess_fraction", f"expected a fraction in [0, 1), got {config.warmstart.guess_fraction!r}")
     if not isinstance(config.eval.samples_per_task, int) or config.eval.samples_per_task < 0:
         _fail("eval.samples_per_task", f"expected an int >= 0, got {config.eval.samples_per_task!r}")
     if not config.tokenizer.path and not 300 <= config.tokenizer.vocab_size <= 4096:

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 from tqdm import tqdm
 
 from jaxrl_agent.data.tasks import task_iterator
-import jaxrl_agent.environments as envs
 from jaxrl_agent.learner.checkpoint import Checkpointer, CheckpointError, abstract_like
 from jaxrl_agent.learner.distributed import is_main_process, maybe_initialize_distributed
 from jaxrl_agent.learner.train_state import abstract_state, init_train_state
@@ -27,7 +26,7 @@ from jaxrl_agent.pipeline import components as C
 from jaxrl_agent.pipeline.metrics import MetricsWriter, plot_learning_curve, read_metrics
 from jaxrl_agent.pipeline.rl import (AsyncRollouts, Learner, batches, eval_modes, evaluate_policy, policy_lag,
                                      rollout_metrics, sync_weights)
-from jaxrl_agent.pipeline.warmstart import demonstration_engine, run_warmstart
+from jaxrl_agent.pipeline.warmstart import demonstration_actions, demonstration_engine, run_warmstart
 
 PLOT_KEYS = ["rollout/success", "rollout/reward_mean", "learner/entropy", "learner/clipfrac",
              "eval/test/greedy/success", "eval/test/sampled/success"]
@@ -39,11 +38,15 @@ def _copy(tree):
 
 
 def _warmstart(config, params, model_cfg, tok, log):
-    """Gold demonstrations through the real env and actor, then SFT."""
+    """Demonstrations (gold, or a guess on ws.guess_fraction of them) through the real env and actor, then SFT."""
     ws = config.warmstart
-    tasks = C.split_tasks(config, "train")[: int(ws.num_demos)]
-    engine = demonstration_engine({t.prompt: envs.gold_actions(t) for t in tasks}, tok,
-                                  C.get_chat_template(config.tokenizer.chat_template).stop_tokens[0])
+    tasks = C.split_tasks(config, "train")
+    if int(ws.num_demos) > len(tasks):
+        raise C.ConfigError(f"config.warmstart.num_demos: {ws.num_demos} exceeds the {len(tasks)} tasks of the "
+                            f"train split (env.kwargs.num_tasks)")
+    tasks = tasks[: int(ws.num_demos)]
+    actions = demonstration_actions(tasks, guess_fraction=float(ws.guess_fraction), seed=int(config.seed))
+    engine = demonstration_engine(actions, tok, C.get_chat_template(config.tokenizer.chat_template).stop_tokens[0])
     actor = C.build_actor(config, engine, tok, temperature=1.0, max_new_tokens=config.rollout.max_new_tokens)
     with actor:
         demos = actor.collect(C.episode_specs(config, "train", range(len(tasks))))

@@ -6,6 +6,13 @@ task's gold actions. They are therefore token-for-token in the format RL
 trajectories have (prompt, action ids, observation ids, loss_mask, step_ids),
 and supervised fine-tuning is plain masked maximum likelihood over the
 action tokens.
+
+The demonstrator can be made imperfect on purpose (`demonstration_actions`
+with guess_fraction > 0): on that fraction of the tasks it answers at once,
+without the tools, with a wrong guess. A policy that imitates it uses the
+tools only part of the time; reinforcement learning against the verifier
+then has to discover that the tool path is the one that gets rewarded (the
+CPU debug run's setup; see README "The CPU debug run").
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxrl_agent import losses
+from jaxrl_agent.agent.tool_calls import format_answer
 from jaxrl_agent.models.config import ModelConfig
 from jaxrl_agent.models.logprobs import token_logprobs
 from jaxrl_agent.rollout.scripted import ScriptedEngine
@@ -55,6 +64,48 @@ def gold_policy(
         raise KeyError("gold_policy: the prompt matches no known task")
 
     return policy
+
+
+def guess_actions(task: Any, rng: np.random.Generator) -> list[str]:
+    """A shortcut demonstration: `<answer>` at once, no tool call, a wrong number.
+
+    The guess is the integer answer plus a nonzero offset drawn uniformly from
+    [-10, 10] \\ {0}, so it is always rejected by the verifier.
+
+    Raises:
+      ValueError: the task's answer is not an integer (no guess can be made).
+    """
+    try:
+        answer = int(task.answer)
+    except (TypeError, ValueError):
+        raise ValueError(f"guess_fraction: task {task.task_id!r} has a non-integer answer {task.answer!r}; "
+                         f"guess demonstrations need integer answers (use guess_fraction=0)") from None
+    offset = int(rng.choice([k for k in range(-10, 11) if k]))
+    return [format_answer(str(answer + offset))]
+
+
+def demonstration_actions(tasks: Sequence[Any], *, guess_fraction: float = 0.0,
+                          seed: int = 0) -> dict[str, list[str]]:
+    """Task prompt -> the demonstrator's actions, for a ScriptedEngine.
+
+    round(guess_fraction * len(tasks)) tasks, chosen with a NumPy generator
+    seeded by `seed`, get `guess_actions` (answer without tools, wrong); the
+    others get the gold actions (one calculator call per step, then the
+    answer; `jaxrl_agent.environments.gold_actions`).
+
+    Raises:
+      ValueError: guess_fraction outside [0, 1], or a guessed task without an
+        integer answer.
+    """
+    import jaxrl_agent.environments as envs
+
+    if not 0.0 <= guess_fraction <= 1.0:
+        raise ValueError(f"guess_fraction: expected a fraction in [0, 1], got {guess_fraction!r}")
+    rng = np.random.default_rng([seed, 2])
+    n_guess = int(round(guess_fraction * len(tasks)))
+    guessed = set(rng.permutation(len(tasks))[:n_guess].tolist())
+    return {t.prompt: (guess_actions(t, rng) if i in guessed else envs.gold_actions(t))
+            for i, t in enumerate(tasks)}
 
 
 def demonstration_engine(task_actions, tokenizer, end_of_turn: str) -> ScriptedEngine:
@@ -126,8 +177,6 @@ def run_warmstart(params, model_cfg: ModelConfig, demos, *, steps: int, batch_si
     Raises:
       ValueError: no demonstrations, or batch_size > len(demos).
     """
-    import numpy as np
-
     from jaxrl_agent.agent.batcher import make_batch, power_of_two_buckets
 
     if not demos:
