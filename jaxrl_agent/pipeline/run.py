@@ -28,7 +28,8 @@ from jaxrl_agent.pipeline.rl import (AsyncRollouts, Learner, batches, eval_modes
                                      rollout_metrics, sync_weights)
 from jaxrl_agent.pipeline.warmstart import demonstration_actions, demonstration_engine, run_warmstart
 
-PLOT_KEYS = ["rollout/success", "rollout/reward_mean", "learner/entropy", "learner/clipfrac",
+PLOT_KEYS = ["rollout/success", "rollout/reward_mean", "rollout/answer_without_evidence", "learner/entropy",
+             "learner/clipfrac",
              "eval/test/greedy/success", "eval/test/sampled/success"]
 
 

@@ -154,7 +154,7 @@ def make_sft(config: ModelConfig, *, lr: float, warmup_steps: int, total_steps: 
         nll, grads = jax.value_and_grad(loss_fn)(state.params, batch)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"sft/nll": nll, "sft/grad_norm": optax.global_norm(grads),
+        metrics = {"sft/nll": nll, "sft/grad_norm": optax.tree.norm(grads),
                    "sft/lr": schedule(state.step)}
         return SFTState(params, opt_state, state.step + 1), metrics
 
