@@ -85,6 +85,19 @@ def chunk_size(t: int) -> int:
     return c
 
 
+def _left_pad(size: int, *xs: Array) -> tuple[int, tuple[Array, ...]]:
+    """(pad, xs left-padded along axis 1 to a multiple of `size`) with zeros / False.
+
+    Left padding: the reverse recurrence reaches the padded positions last and
+    the caller drops them (x[:, pad:]), so they never affect the result.
+    """
+    t = xs[0].shape[1]
+    pad = -(-t // size) * size - t
+    if pad:
+        xs = tuple(jnp.pad(x, ((0, 0), (pad, 0))) for x in xs)
+    return pad, xs
+
+
 def _serial(a: Array, b: Array, init: Array) -> Array:
     def body(x_next, inp):
         a_t, b_t = inp
@@ -106,9 +119,7 @@ def _chunked(a: Array, b: Array, init: Array) -> Array:
     bsz, t = a.shape
     c = chunk_size(t)
     nc = -(-t // c)
-    pad = nc * c - t
-    if pad:  # left-pad: the reverse recurrence reaches these positions last, then drops them
-        a, b = (jnp.pad(x, ((0, 0), (pad, 0))) for x in (a, b))
+    pad, (a, b) = _left_pad(c, a, b)
 
     def to_chunks(x):  # [B, NC * C] -> [C, B * NC], time-major inside chunks
         return x.reshape(bsz, nc, c).transpose(2, 0, 1).reshape(c, bsz * nc)
@@ -156,9 +167,7 @@ def _states_after(a: Array, b: Array, init: Array) -> Array:
     bsz, n = a.shape
     c = chunk_size(n)
     nc = -(-n // c)
-    pad = nc * c - n
-    if pad:
-        a, b = (jnp.pad(x, ((0, 0), (pad, 0))) for x in (a, b))
+    pad, (a, b) = _left_pad(c, a, b)
     a3, b3 = (x.reshape(bsz, nc, c) for x in (a, b))
 
     def col(x, k):
@@ -209,10 +218,7 @@ def _pass_through_blocked(b: Array, m: Array, init: Array, base: Array) -> Array
     bsz, t = b.shape
     c = BLOCK
     nb = -(-t // c)
-    pad = nb * c - t
-    if pad:  # left-pad: the reverse recurrence reaches these positions last, then drops them
-        b = jnp.pad(b, ((0, 0), (pad, 0)))
-        m = jnp.pad(m, ((0, 0), (pad, 0)))
+    pad, (b, m) = _left_pad(c, b, m)
     dtype = b.dtype
     log_base = jnp.log(jnp.asarray(base, dtype))
     idx = np.arange(c)
@@ -356,10 +362,7 @@ def _gae_chunked(r, v, m, init, gamma, gamma_lambda):
     b, t = r.shape
     c = chunk_size(t)
     nc = -(-t // c)
-    pad = nc * c - t
-    if pad:
-        r, v = (jnp.pad(x, ((0, 0), (pad, 0))) for x in (r, v))
-        m = jnp.pad(m, ((0, 0), (pad, 0)))
+    pad, (r, v, m) = _left_pad(c, r, v, m)
     dtype = r.dtype
 
     def to_chunks(x):  # [B, NC * C] -> [C, B * NC], time-major inside chunks
