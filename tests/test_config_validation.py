@@ -79,6 +79,9 @@ def test_cli_rejects_unknown_estimator_quickly(tmp_path):
         ({"model.num_heads": 3, "model.num_kv_heads": 2}, "config.model.num_heads"),
         ({"tokenizer.vocab_size": 10}, "config.tokenizer.vocab_size"),
         ({"warmstart.guess_fraction": 1.0}, "config.warmstart.guess_fraction"),
+        ({"warmstart.lr": -1e-3}, "config.warmstart.lr"),
+        ({"warmstart.steps": -5}, "config.warmstart.steps"),
+        ({"warmstart.batch_size": 64}, "config.warmstart.batch_size"),
     ],
 )
 def test_more_fields_fail_at_start_up(tmp_path, overrides, field):

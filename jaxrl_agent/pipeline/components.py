@@ -87,6 +87,15 @@ def validate(config) -> None:
                          ("eval.temperature", config.eval.temperature)]:
         if not value > 0:
             _fail(field, f"expected a sampling temperature > 0, got {value!r}")
+    ws = config.warmstart
+    for field, value, low in [("warmstart.steps", ws.steps, 0), ("warmstart.warmup_steps", ws.warmup_steps, 0),
+                              ("warmstart.batch_size", ws.batch_size, 1), ("warmstart.num_demos", ws.num_demos, 1)]:
+        if not isinstance(value, int) or value < low:
+            _fail(field, f"expected an int >= {low}, got {value!r}")
+    if ws.steps > 0 and ws.batch_size > ws.num_demos:
+        _fail("warmstart.batch_size", f"{ws.batch_size} exceeds warmstart.num_demos ({ws.num_demos})")
+    if ws.steps > 0 and not ws.lr > 0:
+        _fail("warmstart.lr", f"expected a learning rate > 0, got {ws.lr!r}")
     if not 0.0 <= config.warmstart.guess_fraction < 1.0:
         _fail("warmstart.guess_fraction", f"expected a fraction in [0, 1), got {config.warmstart.guess_fraction!r}")
     if not isinstance(config.eval.samples_per_task, int) or config.eval.samples_per_task < 0:
