@@ -10,6 +10,8 @@ jaxrl_agent.pipeline and is importable and testable on its own.
 
 from __future__ import annotations
 
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -29,6 +31,9 @@ def main(argv) -> None:
         run_training(_CONFIG.value, _WORKDIR.value)
     except ConfigError as e:
         raise app.UsageError(str(e)) from e
+    except KeyboardInterrupt:  # Ctrl-C outside the RL loop (warm-start, evaluation): nothing to save
+        print("\ninterrupted (no checkpoint: Ctrl-C during RL saves one; see README)", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

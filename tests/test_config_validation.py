@@ -80,6 +80,7 @@ def test_cli_rejects_unknown_estimator_quickly(tmp_path):
         ({"tokenizer.vocab_size": 10}, "config.tokenizer.vocab_size"),
         ({"warmstart.guess_fraction": 1.0}, "config.warmstart.guess_fraction"),
         ({"warmstart.lr": -1e-3}, "config.warmstart.lr"),
+        ({"env.num_train_tasks": 5000}, "config.env.num_train_tasks"),
         ({"warmstart.steps": -5}, "config.warmstart.steps"),
         ({"warmstart.batch_size": 64}, "config.warmstart.batch_size"),
     ],
@@ -118,3 +119,13 @@ def test_more_demonstrations_than_train_tasks(tmp_path):
     with pytest.raises(ConfigError, match=r"config\.warmstart\.num_demos: 5000 exceeds the 1000 tasks"):
         run_training(config, str(tmp_path / "run"))
     assert not list((tmp_path / "run" / "checkpoints").glob("*"))  # nothing saved
+
+
+def test_is_correction_none_from_the_command_line():
+    from pipeline_helpers import tiny_config
+
+    from jaxrl_agent.pipeline.components import learner_hparams
+
+    for value in ("None", "none", ""):
+        assert learner_hparams(tiny_config(**{"learner.is_correction": value}), 10).is_correction is None
+    assert learner_hparams(tiny_config(), 10).is_correction == "tis"

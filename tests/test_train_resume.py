@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from jaxrl_agent.pipeline.components import ConfigError
 from jaxrl_agent.pipeline.run import run_training
 from pipeline_helpers import (REPO, assert_finite_rl_rows, checkpoint_steps, cli_overrides,  # noqa: F401
                               jax_cache_dir, read_rows, rl_rows, subprocess_env, tiny_config)
@@ -45,6 +46,19 @@ def test_stop_and_resume_matches_uninterrupted_run(tmp_path, jax_cache_dir, caps
         full_summary = json.load(f)
     assert _deterministic(summary["before"]) == _deterministic(full_summary["before"])
     assert _deterministic(summary["after"]) == _deterministic(full_summary["after"])
+
+    # A finished run is a no-op that prints its summary again.
+    capsys.readouterr()
+    run_training(tiny_config(**{"train.iterations": ITERATIONS}), full)
+    out = capsys.readouterr().out
+    assert "run already complete" in out and "held-out test success (greedy): before RL" in out
+
+    # Resuming with a config that changes what is trained is refused, naming the fields; config.json is kept.
+    saved = open(os.path.join(split, "config.json")).read()
+    with pytest.raises(ConfigError, match=r"learner\.lr: 0\.0001 -> 0\.03; .*warmstart\.guess_fraction: 0\.6 -> 0\.0"):
+        run_training(tiny_config(**{"train.iterations": ITERATIONS + 1, "learner.lr": 0.03,
+                                    "warmstart.guess_fraction": 0.0}), split)
+    assert open(os.path.join(split, "config.json")).read() == saved
 
 
 def _train_cmd(workdir: str, iterations: int) -> list[str]:

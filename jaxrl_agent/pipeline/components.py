@@ -45,6 +45,8 @@ def learner_hparams(config, total_updates: int) -> hparams_lib.LearnerHParams:
             _fail(f"learner.{key}", f"unknown field; expected one of {sorted(LEARNER_FIELDS)}")
     values.setdefault("total_steps", total_updates)
     values["temperature"] = float(config.rollout.temperature)
+    if str(values.get("is_correction")).lower() in ("none", ""):  # --config.learner.is_correction=none
+        values["is_correction"] = None
     try:
         return hparams_lib.LearnerHParams(**values)
     except ValueError as e:
@@ -68,6 +70,9 @@ def validate(config) -> None:
                          ("eval.num_tasks", config.eval.num_tasks)]:
         if not isinstance(value, int) or value < 1:
             _fail(field, f"expected an int >= 1, got {value!r}")
+    if config.env.kwargs.get("num_tasks") is not None and config.env.num_train_tasks > config.env.kwargs.num_tasks:
+        _fail("env.num_train_tasks", f"{config.env.num_train_tasks} exceeds the {config.env.kwargs.num_tasks} tasks "
+              f"of the train split (env.kwargs.num_tasks)")
     if config.rollout.tasks_per_iter > config.env.num_train_tasks:
         _fail("rollout.tasks_per_iter", f"{config.rollout.tasks_per_iter} exceeds env.num_train_tasks "
               f"({config.env.num_train_tasks})")

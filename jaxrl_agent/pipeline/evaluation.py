@@ -181,7 +181,8 @@ def evaluate_checkpoint(workdir: str, *, checkpoint: str | int | None = None,
     del params
     report = {"workdir": os.path.abspath(workdir), "checkpoint": os.path.join(ckpt_root, str(step)),
               "step": step, "iteration": meta.get("iteration"), "env_id": config.env.id,
-              "decoding": "greedy (T=0) and sampled (config.eval.temperature)", "max_new_tokens": int(config.eval.max_new_tokens),
+              "decoding": f"greedy (T=0) and sampled (T={float(config.eval.temperature):g})",
+              "max_new_tokens": int(config.eval.max_new_tokens),
               "splits": {}}
     metrics = evaluate_policy(config, engine, tok, prefix="eval", splits=splits)
     for mode, temperature, samples in eval_modes(config):

@@ -27,12 +27,28 @@ class MetricsWriter:
         self.enabled = enabled
         self._writer = None
         self._jsonl = None
+        self.lines = 0  # rows in metrics.jsonl (existing ones included): checkpoints record it
+        self._path = os.path.join(logdir, "metrics.jsonl")
         if enabled:
             from tensorboard.summary import Writer
 
             os.makedirs(logdir, exist_ok=True)
             self._writer = Writer(logdir)
-            self._jsonl = open(os.path.join(logdir, "metrics.jsonl"), "a", encoding="utf-8")
+            if os.path.exists(self._path):
+                with open(self._path, encoding="utf-8") as f:
+                    self.lines = sum(1 for _ in f)
+            self._jsonl = open(self._path, "a", encoding="utf-8")
+
+    def truncate(self, lines: int) -> None:
+        """Keeps the first `lines` rows of metrics.jsonl (a resume drops rows
+        logged after its checkpoint). TensorBoard event files are append-only:
+        TensorBoard shows a re-logged step twice there."""
+        if not self.enabled or lines >= self.lines:
+            return
+        with open(self._path, "rb") as f:
+            keep = b"".join(f.readline() for _ in range(lines))
+        os.truncate(self._path, len(keep))
+        self.lines = lines
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         """Logs each finite scalar under its name at `step`."""
@@ -46,6 +62,7 @@ class MetricsWriter:
                 self._writer.add_scalar(name, v, step=int(step))
         self._jsonl.write(json.dumps({"step": int(step), **clean}) + "\n")
         self._jsonl.flush()
+        self.lines += 1
         self._writer.flush()
 
     def close(self) -> None:

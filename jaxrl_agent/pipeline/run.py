@@ -38,7 +38,7 @@ def _copy(tree):
     return jax.tree.map(jnp.copy, tree)
 
 
-def _warmstart(config, params, model_cfg, tok, log):
+def _warmstart(config, params, model_cfg, tok, log, log_line=print):
     """Demonstrations (gold, or a guess on ws.guess_fraction of them) through the real env and actor, then SFT."""
     ws = config.warmstart
     tasks = C.split_tasks(config, "train")
@@ -51,11 +51,52 @@ def _warmstart(config, params, model_cfg, tok, log):
     actor = C.build_actor(config, engine, tok, temperature=1.0, max_new_tokens=config.rollout.max_new_tokens)
     with actor:
         demos = actor.collect(C.episode_specs(config, "train", range(len(tasks))))
-    demos = [d for d in demos if d.terminated]
+    kept = [d for d in demos if d.terminated]
+    if not kept:
+        raise C.ConfigError(
+            f"config.warmstart: all {len(demos)} demonstrations were cut off before their answer (env.max_turns="
+            f"{config.env.max_turns}, rollout.max_total_tokens={config.rollout.max_total_tokens}); raise those limits")
+    if len(kept) < int(ws.batch_size):
+        raise C.ConfigError(f"config.warmstart.batch_size: {ws.batch_size} exceeds the {len(kept)} demonstrations "
+                            f"that reached an answer (of {len(demos)})")
+    with_tools = sum(int(d.info.get("tool_calls", 0) > 0) for d in kept)
+    log_line(f"warm-start: {ws.steps} SFT steps on {len(kept)} demonstrations ({with_tools} use the tools, "
+             f"{len(kept) - with_tools} answer without them; {len(demos) - len(kept)} cut off by the turn/token "
+             f"budget and dropped)")
+    demos = kept
     return run_warmstart(params, model_cfg, demos, steps=int(ws.steps), batch_size=int(ws.batch_size),
                          lr=float(ws.lr), warmup_steps=int(ws.warmup_steps), seed=int(config.seed),
                          max_total_tokens=int(config.rollout.max_total_tokens),
                          max_turns=int(config.env.max_turns), pad_id=tok.pad_id, log=log)
+
+
+# Fields a resumed run may change: they do not affect what was trained or how.
+RESUMABLE_CHANGES = ("train.iterations", "train.checkpoint_every", "train.keep_checkpoints", "train.log_every",
+                     "eval.", "rollout.sglang_urls", "rollout.export_dir", "rollout.max_in_flight")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_resume_config(saved_json: str, config) -> None:
+    """Raises ConfigError when `config` differs from the run's saved config.json
+    in a field outside RESUMABLE_CHANGES, listing each such field as saved -> now."""
+    saved = _flat(json.loads(saved_json))
+    now = _flat(json.loads(config.to_json_best_effort()))
+    changed = [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+               if saved.get(k) != now.get(k) and not k.startswith(RESUMABLE_CHANGES)]
+    if changed:
+        raise C.ConfigError(
+            "--workdir: this run was started with another config; resuming would mix two runs. Changed fields "
+            f"(saved in config.json -> now): {'; '.join(changed)}. Resume with the original flags, or use a new "
+            f"--workdir. (Fields a resume may change: {', '.join(RESUMABLE_CHANGES)})")
 
 
 class _StopRequest:
@@ -84,6 +125,17 @@ class _StopRequest:
             signal.signal(signal.SIGINT, self._old)
 
 
+def _print_summary(summary: dict, config, say) -> None:
+    """The held-out success lines (before/after RL) of each split and eval mode."""
+    for split in config.eval.splits:
+        for mode, _, _ in eval_modes(config):
+            key = f"eval/{split}/{mode}/success"
+            if key in summary["before"] and key in summary["after"]:
+                b, a = summary["before"][key], summary["after"][key]
+                say(f"held-out {split} success ({mode}): before RL {100 * b:.1f}%  after RL {100 * a:.1f}%  "
+                    f"({100 * (a - b):+.1f} points)")
+
+
 def run_training(config, workdir: str) -> dict:
     """Runs (or resumes) the job in `workdir`; returns the final summary dict."""
     C.validate(config)
@@ -106,10 +158,16 @@ def run_training(config, workdir: str) -> dict:
     export_dtype = config.rollout.export_dtype or None
     latest = ckpt.latest_step()
     summary_path = os.path.join(workdir, "summary.json")
+    config_path = os.path.join(workdir, "config.json")
+    if latest is not None and os.path.exists(config_path):
+        with open(config_path) as f:
+            check_resume_config(f.read(), config)
     if latest is not None and latest >= iterations and os.path.exists(summary_path):
         say(f"run already complete (checkpoint {latest} >= train.iterations={iterations}): {summary_path}")
         with open(summary_path) as f:
-            return json.load(f)
+            summary = json.load(f)
+        _print_summary(summary, config, say)
+        return summary
     writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=main)
 
     def start_engine(state):
@@ -127,13 +185,14 @@ def run_training(config, workdir: str) -> dict:
     if latest is None:
         t0 = time.perf_counter()
         if config.warmstart.steps > 0:
-            say(f"warm-start: {config.warmstart.steps} SFT steps on {config.warmstart.num_demos} demonstrations")
-            params, _ = _warmstart(config, params, model_cfg, tok, lambda i, m: writer.write(i, m))
+            params, _ = _warmstart(config, params, model_cfg, tok, lambda i, m: writer.write(i, m), say)
         state = init_train_state(model_cfg, hp, jax.random.key(seed + 1), mesh=mesh, params=params)
         ref = _copy(state.params) if hp.use_kl else None
         engine = start_engine(state)
         meta = {"iteration": 0, "data_iter": data_it.get_state(), "warmstart_s": time.perf_counter() - t0}
         meta["eval_before"] = evaluate_policy(config, engine, tok)
+        writer.write(0, meta["eval_before"])
+        meta["metrics_lines"] = writer.lines
         ckpt.save(0, {"state": state, "ref": ref}, metadata=meta, force=True)
     else:
         target = {"state": abstract_state(model_cfg, hp, mesh), "ref": None}
@@ -144,17 +203,17 @@ def run_training(config, workdir: str) -> dict:
         except CheckpointError as e:
             raise C.ConfigError(
                 f"--workdir: checkpoint {latest} in {ckpt.directory} does not fit this config ({e}); resume with "
-                f"the config the run started with ({os.path.join(workdir, 'config.json')}) or use a new --workdir"
+                f"the flags the run started with (recorded in {config_path}) or use a new --workdir"
             ) from e
         state, ref = restored["state"], restored["ref"]
         data_it.set_state(meta["data_iter"])
+        if "metrics_lines" in meta:  # drop rows logged after this checkpoint (a hard stop): no duplicates
+            writer.truncate(int(meta["metrics_lines"]))
         engine = start_engine(state)
         say(f"resumed from {ckpt.directory} at iteration {meta['iteration']}")
-    if main:  # written once the run's state is known to fit this config (a failed resume leaves it)
-        with open(os.path.join(workdir, "config.json"), "w") as f:
+    if main and (latest is None or not os.path.exists(config_path)):  # the config the run started with
+        with open(config_path, "w") as f:
             f.write(config.to_json_best_effort(indent=2))
-    if latest is None:
-        writer.write(0, meta["eval_before"])
     say("held-out before RL: " + ", ".join(f"{k}={v:.3f}" for k, v in meta["eval_before"].items()
                                            if k.endswith("success")))
     start = int(meta["iteration"])
@@ -178,7 +237,7 @@ def run_training(config, workdir: str) -> dict:
     bar = tqdm(range(start, iterations), initial=start, total=iterations, desc="RL", disable=not main)
 
     def checkpoint(done: int) -> None:
-        meta.update(iteration=done, data_iter=data_it.get_state())
+        meta.update(iteration=done, data_iter=data_it.get_state(), metrics_lines=writer.lines)
         ckpt.save(done, {"state": state, "ref": ref}, metadata=meta, force=True)
 
     # Ctrl-C is acted on between iterations only: inside one, the learner has
@@ -231,12 +290,7 @@ def run_training(config, workdir: str) -> dict:
             json.dump(summary, f, indent=2)
         plot_learning_curve(read_metrics(writer.logdir), PLOT_KEYS, os.path.join(workdir, "learning_curve.png"),
                             title=f"{config.env.id}: RL ({config.learner.estimator}/{config.learner.policy_loss})")
-        for split in config.eval.splits:
-            for mode, _, _ in eval_modes(config):
-                key = f"eval/{split}/{mode}/success"
-                b, a = meta["eval_before"][key], after[key]
-                say(f"held-out {split} success ({mode}): before RL {100 * b:.1f}%  after RL {100 * a:.1f}%  "
-                    f"({100 * (a - b):+.1f} points)")
+        _print_summary(summary, config, say)
     writer.close()
     ckpt.close()
     actor.close()

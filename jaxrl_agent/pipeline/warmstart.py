@@ -1,9 +1,9 @@
-"""Supervised warm-start: gold demonstrations recorded by the actor, then SFT.
+"""Supervised warm-start: demonstrations recorded by the actor, then SFT.
 
 Demonstrations are produced by the same actor and chat template the RL stage
 uses, driving the real environment with a `ScriptedEngine` that replays each
-task's gold actions. They are therefore token-for-token in the format RL
-trajectories have (prompt, action ids, observation ids, loss_mask, step_ids),
+task's demonstration actions (`demonstration_actions`). They are therefore
+token-for-token in the format RL trajectories have (prompt, action ids, observation ids, loss_mask, step_ids),
 and supervised fine-tuning is plain masked maximum likelihood over the
 action tokens.
 
@@ -38,14 +38,14 @@ _TOOL_RESPONSE = "<tool_response>"
 def gold_policy(
     task_actions: dict[str, Sequence[str]], tokenizer: Any, end_of_turn: str
 ) -> Callable[[Sequence[int]], str]:
-    """A ScriptedEngine policy replaying each task's gold actions turn by turn.
+    """A ScriptedEngine policy replaying each task's demonstration actions turn by turn.
 
     The task is recognised by its user text inside the prompt and the turn by
     the number of tool responses seen so far; each action ends with
     `end_of_turn` (the chat template's stop token), as a trained model would.
 
     Args:
-      task_actions: task prompt text -> gold actions (tool calls, then answer).
+      task_actions: task prompt text -> actions (tool calls, then the answer).
       tokenizer: decodes prompt ids.
       end_of_turn: stop token text appended to each action (e.g. "<|im_end|>").
 
@@ -109,7 +109,7 @@ def demonstration_actions(tasks: Sequence[Any], *, guess_fraction: float = 0.0,
 
 
 def demonstration_engine(task_actions, tokenizer, end_of_turn: str) -> ScriptedEngine:
-    """A RolloutEngine that plays the gold demonstrations (logprob 0 per token)."""
+    """A RolloutEngine that plays the demonstrations of `task_actions` (logprob 0 per token)."""
     return ScriptedEngine(
         gold_policy(task_actions, tokenizer, end_of_turn), tokenizer=tokenizer, logprob=0.0,
         weight_version="0",
