@@ -10,6 +10,7 @@ jaxrl_agent.pipeline and is importable and testable on its own.
 
 from __future__ import annotations
 
+import re
 import sys
 
 from absl import app, flags, logging
@@ -36,5 +37,18 @@ def main(argv) -> None:
         raise SystemExit(130) from None
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing; a --config.X override naming no config field exits with
+    a one-line error (ml_collections raises KeyError/AttributeError deep inside)."""
+    try:
+        return flags.FLAGS(argv)
+    except (KeyError, AttributeError) as e:
+        bad = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+        hint = re.search(r'Did you mean "[^"]+" instead of "[^"]+"\?', str(e))
+        print(f"error: a --config override names no field of the config ({', '.join(bad)})"
+              + (f": {hint.group(0)}" if hint else ""), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -129,3 +129,13 @@ def test_is_correction_none_from_the_command_line():
     for value in ("None", "none", ""):
         assert learner_hparams(tiny_config(**{"learner.is_correction": value}), 10).is_correction is None
     assert learner_hparams(tiny_config(), 10).is_correction == "tis"
+
+
+def test_cli_typo_in_a_field_name_is_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxrl_agent.train", "--config=configs/cpu_debug.py",
+         f"--workdir={tmp_path / 'run'}", "--config.learner.lrr=1e-4"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--config.learner.lrr" in proc.stderr and 'Did you mean "lr" instead of "lrr"?' in proc.stderr
+    assert "Traceback" not in proc.stderr
