@@ -92,5 +92,5 @@ def get_config() -> config_dict.ConfigDict:
     c.eval.splits = ("test",)  # splits evaluated before and after RL
     c.eval.max_new_tokens = 24  # per-turn cap (greedy decoding)
     c.eval.temperature = 1.0  # "sampled" eval mode: the training temperature
-    c.eval.samples_per_task = 4  # "sampled" eval: episodes per task (0 = greedy eval only)
+    c.eval.samples_per_task = 2  # "sampled" eval: episodes per task (0 = greedy eval only)
     return c
