@@ -222,11 +222,11 @@ def _pass_through_blocked(b: Array, m: Array, init: Array, base: Array) -> Array
     dtype = b.dtype
     log_base = jnp.log(jnp.asarray(base, dtype))
     idx = np.arange(c)
-    count_mat = jnp.asarray((idx[:, None] >= 1) & (idx[:, None] <= idx[None, :]), dtype)
+    count_mat = jnp.asarray((idx[:, None] >= 1) & (idx[:, None] <= idx[None, :]), jnp.bfloat16)
     suffix_mat = jnp.asarray(idx[:, None] >= idx[None, :], dtype)
     hi = lax.Precision.HIGHEST  # no reduced-precision matmul passes on GPU/TPU
     # 0/1 inputs and counts <= c are exact in bfloat16 with float32 accumulation (and cheaper).
-    n = jnp.dot(m.astype(jnp.bfloat16).reshape(bsz * nb, c), count_mat.astype(jnp.bfloat16),
+    n = jnp.dot(m.astype(jnp.bfloat16).reshape(bsz * nb, c), count_mat,
                 preferred_element_type=jnp.float32).reshape(bsz, nb * c).astype(dtype)
     # Exponents are centred on c/2, so every scale is base**k with |k| <= c/2 + 1.
     half = c // 2
@@ -330,6 +330,13 @@ def _next_is_masked(m: Array) -> Array:
     return jnp.concatenate([m[:, 1:], jnp.ones_like(m[:, :1])], axis=1)
 
 
+def _pass_through_decays(m: Array, base, dtype) -> Array:
+    """[B, T] a_t = base if m_{t+1} else 1: the multipliers of a masked pass-through recurrence."""
+    if m.shape[1] == 0:
+        return jnp.zeros(m.shape, dtype)
+    return jnp.where(_next_is_masked(m), base, 1.0).astype(dtype)
+
+
 def _gae_step(gamma, gamma_lambda):
     """One reverse step of the fused (w, x, m_next) carry; see `masked_gae_trace`."""
     def body(carry, inp):
@@ -402,7 +409,7 @@ def _gae_associative(r, v, m, init, gamma, gamma_lambda):
     w = _associative(1.0 - mf, mf * v, init)  # value at the first masked position >= t
     next_value = jnp.concatenate([w[:, 1:], init[:, None]], axis=1)
     delta = r + jnp.where(m, gamma * next_value - v, 0.0)
-    a_trace = jnp.where(_next_is_masked(m), gamma_lambda, 1.0).astype(r.dtype)
+    a_trace = _pass_through_decays(m, gamma_lambda, r.dtype)
     return _associative(a_trace, delta, jnp.zeros_like(init))
 
 
@@ -525,15 +532,13 @@ def masked_discounted_returns(
     check_shape("init", init, ("B",), dims)
     check_choice("method", method, METHODS)
     m = jnp.asarray(mask).astype(bool)
-    if method != "blocked" or dims["T"] == 0:
-        a = jnp.where(_next_is_masked(m), gamma, 1.0) if dims["T"] else jnp.zeros(m.shape)
-        return reverse_linear_recurrence(a, rewards, init, method=method)
     dtype = jnp.promote_types(jnp.result_type(rewards, init), jnp.float32)
+    if method != "blocked" or dims["T"] == 0:
+        return reverse_linear_recurrence(_pass_through_decays(m, gamma, dtype), rewards, init, method=method)
     r, init = (jnp.asarray(x, dtype) for x in (rewards, init))
 
     def fallback(r, m, init, gamma):
-        a = jnp.where(_next_is_masked(m), gamma, 1.0).astype(dtype)
-        return _chunked(a, r, init)
+        return _chunked(_pass_through_decays(m, gamma, dtype), r, init)
 
     def blocked(r, m, init, gamma):  # row tiles, see `_map_row_tiles`
         def tile(r, m, init):

@@ -101,8 +101,8 @@ def validate(config) -> None:
         _fail("warmstart.batch_size", f"{ws.batch_size} exceeds warmstart.num_demos ({ws.num_demos})")
     if ws.steps > 0 and not ws.lr > 0:
         _fail("warmstart.lr", f"expected a learning rate > 0, got {ws.lr!r}")
-    if not 0.0 <= config.warmstart.guess_fraction < 1.0:
-        _fail("warmstart.guess_fraction", f"expected a fraction in [0, 1), got {config.warmstart.guess_fraction!r}")
+    if not 0.0 <= ws.guess_fraction < 1.0:
+        _fail("warmstart.guess_fraction", f"expected a fraction in [0, 1), got {ws.guess_fraction!r}")
     if not isinstance(config.eval.samples_per_task, int) or config.eval.samples_per_task < 0:
         _fail("eval.samples_per_task", f"expected an int >= 0, got {config.eval.samples_per_task!r}")
     if not config.tokenizer.path and not 300 <= config.tokenizer.vocab_size <= 4096:

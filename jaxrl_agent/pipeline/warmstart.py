@@ -3,9 +3,9 @@
 Demonstrations are produced by the same actor and chat template the RL stage
 uses, driving the real environment with a `ScriptedEngine` that replays each
 task's demonstration actions (`demonstration_actions`). They are therefore
-token-for-token in the format RL trajectories have (prompt, action ids, observation ids, loss_mask, step_ids),
-and supervised fine-tuning is plain masked maximum likelihood over the
-action tokens.
+token-for-token in the format RL trajectories have (prompt, action ids,
+observation ids, loss_mask, step_ids), and supervised fine-tuning is plain
+masked maximum likelihood over the action tokens.
 
 The demonstrator can be made imperfect on purpose (`demonstration_actions`
 with guess_fraction > 0): on that fraction of the tasks it answers at once,
