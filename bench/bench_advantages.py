@@ -17,6 +17,7 @@ Usage:
   python bench/bench_advantages.py                    # full grid, CPU
   python bench/bench_advantages.py --platform gpu     # on a GPU machine
   python bench/bench_advantages.py --batch 64 --tokens 4096 --repeats 3
+  python bench/bench_advantages.py --flush-mib 256     # cold caches (CPU)
 """
 
 from __future__ import annotations
@@ -37,9 +38,15 @@ def parse_args():
     p.add_argument("--tokens", type=int, nargs="+", default=[4096, 32768], help="T values")
     p.add_argument("--tokens-per-step", type=int, default=64, help="step_gae uses S = T / this (and S = T)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats for jax (median)")
-    p.add_argument("--loop-max-elements", type=int, default=2_000_000,
+    p.add_argument("--loop-max-elements", type=int, default=10_000_000,
                    help="Python loops run once (not repeated) above this many B*T elements")
     p.add_argument("--markdown", default="", help="also write the table to this markdown file")
+    p.add_argument("--row-tile-elements", type=int, default=0,
+                   help="override jaxrl_agent.scans.ROW_TILE_ELEMENTS (the row-tile size of "
+                        "method blocked) to tune it on this hardware; 0 keeps the default")
+    p.add_argument("--flush-mib", type=int, default=0,
+                   help="before every timed jax call (methods and copy floor), write a buffer of this "
+                        "many MiB to evict the caches (cold-cache timing; 0: warm, the default)")
     return p.parse_args()
 
 
@@ -52,7 +59,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from jaxrl_agent import advantages  # noqa: E402
+from jaxrl_agent import advantages, scans  # noqa: E402
+
+if ARGS.row_tile_elements:
+    scans.ROW_TILE_ELEMENTS = ARGS.row_tile_elements
 
 GAMMA, LAMBDA = 0.99, 0.95
 
@@ -94,11 +104,21 @@ def copy_floor(rewards, values, mask):
     return jnp.where(mask, rewards, 0.0), jnp.where(mask, values, 0.0)
 
 
+_FLUSH_BUFFER = np.zeros(ARGS.flush_mib * 2**20 // 8)
+
+
+def flush_caches():
+    """Writes and reads --flush-mib MiB, evicting the inputs from the CPU caches (no-op at 0)."""
+    if _FLUSH_BUFFER.size:
+        np.add(_FLUSH_BUFFER, 1.0, out=_FLUSH_BUFFER)
+
+
 def time_fn(fn, args, repeats):
     out = fn(*args)
     jax.block_until_ready(out)  # compile + warm up
     times = []
     for _ in range(repeats):
+        flush_caches()
         t0 = time.perf_counter()
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - t0)
@@ -184,6 +204,8 @@ def main():
     meta = (f"date: {datetime.date.today()}; jax {jax.__version__}; torch {torch.__version__}; "
             f"numpy {np.__version__}\nhardware: {hardware()}\n"
             f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}\n"
+            f"caches: {f'cold (--flush-mib {ARGS.flush_mib})' if ARGS.flush_mib else 'warm'}; "
+            f"blocked row tile: {scans.ROW_TILE_ELEMENTS} elements\n"
             f"total time: {time.perf_counter() - t_start:.0f} s; max relative error vs NumPy loop: "
             f"{max(r['err'] for r in rows):.2g}")
     print(meta)

@@ -45,7 +45,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrl_agent.checks import check_choice, check_shape
-from jaxrl_agent.scans import DEFAULT_METHOD, METHODS, masked_discounted_returns, masked_gae_trace
+from jaxrl_agent.scans import (DEFAULT_METHOD, METHODS, masked_discounted_returns,
+                                masked_gae_trace_and_returns)
 
 Array = jax.Array
 
@@ -100,10 +101,8 @@ def _gae(names, rewards, values, mask, gamma, lambda_, bootstrap_value, truncate
     v = jnp.asarray(values, dtype)
     m = jnp.asarray(mask).astype(bool)
     init = _boundary(bootstrap_value, truncated, dims, dtype)
-    x = masked_gae_trace(r, v, m, init, gamma=gamma, gamma_lambda=gamma * lambda_, method=method)
-    advantages = jnp.where(m, x, 0.0)
-    returns = jnp.where(m, x + v, 0.0)
-    return advantages, returns
+    return masked_gae_trace_and_returns(r, v, m, init, gamma=gamma, gamma_lambda=gamma * lambda_,
+                                        method=method)
 
 
 def gae(

@@ -33,7 +33,9 @@ masked GAE trace of `jaxrl_agent.advantages` as one fused pass: it couples the
 trace with a second recurrence (the value of the next masked position), which
 "serial" and "chunked" carry in the same scan (about 2x faster on CPU than two
 `reverse_linear_recurrence` calls at T = 32768), "associative" solves as two
-calls and "blocked" folds into the trace (`_gae_blocked_kernel`).
+calls and "blocked" folds into the trace (`_gae_blocked_kernel`);
+`masked_gae_trace_and_returns` also gives the returns (trace + values), masking
+each output once.
 `masked_discounted_returns` is the pass-through return recurrence.
 """
 
@@ -57,11 +59,11 @@ BLOCK = 64  # positions per block of "blocked" (CPU timing); see docs/benchmarks
 # float32 underflow, and the GAE rescaling 1 / lambda_ (`_gae_blocked_kernel`) is below 7.
 BLOCKED_MIN_DECAY = 0.15
 # "blocked" runs on tiles of about this many elements (R = ROW_TILE_ELEMENTS // T rows), so its
-# [R, T] intermediates (256 KiB each) stay in the 1 MiB L2 instead of costing a [B, T] memory
-# pass each. 2**16 to 2**18 timed within load noise (2**15 slower at T=32768); 2**16 had the
-# lowest summed time over 3 runs at 3 of 4 gae sizes (tied at B=256, T=32768), 2 CPU cores;
-# see docs/benchmarks.md.
-ROW_TILE_ELEMENTS = 1 << 16
+# [R, T] intermediates (1 MiB each) stay in cache instead of costing a [B, T] memory pass each,
+# while its matmuls ([R * T / 64, 64] by [64, 64]) are still large enough for both CPU cores.
+# Timed side by side on 2 CPU cores (docs/benchmarks.md, 2026-11-30): 2**18 and 2**19 tie and
+# beat 2**16 by 1.2-1.4x at every gae / step_gae size; 2**20 and above lose at B=256, T=32768.
+ROW_TILE_ELEMENTS = 1 << 18
 
 
 def affine_compose(later: tuple[Array, Array], earlier: tuple[Array, Array]) -> tuple[Array, Array]:
@@ -248,7 +250,7 @@ def _map_row_tiles(fn, *args):
     args are [B, ...] arrays whose rows fn treats independently; fn returns
     [B, T]. R = max(1, ROW_TILE_ELEMENTS // T): a tile's intermediates (the
     [R, T] counts, scaled terms, matmul output of `_pass_through_blocked`) then
-    stay in L2, where each full [B, T] one cost a memory pass plus page faults
+    stay in cache (L2/L3), where each full [B, T] one cost a memory pass plus page faults
     on a fresh buffer. A lax.fori_loop slices tile i at row min(i R, B - R) and
     writes its [R, T] result into the output in place; when R does not divide
     B, the last tile overlaps the one before (those rows are computed twice,
@@ -426,6 +428,8 @@ def _gae_blocked_kernel(r, v, m, init, gamma, gamma_lambda):
     BLOCKED_MIN_DECAY bounds k by 1 / BLOCKED_MIN_DECAY for gamma <= 1.
     Runs on row tiles (`_map_row_tiles`), the masking by m included, so no
     [B, T] intermediate is materialized. Returns the masked trace (0 off m).
+    (Writing the returns from the tiles as well measured slower than the one
+    fused [B, T] pass of `_gae_blocked`.)
     """
     def tile(r, v, m, init):
         k = gamma / gamma_lambda
@@ -435,13 +439,22 @@ def _gae_blocked_kernel(r, v, m, init, gamma, gamma_lambda):
     return _map_row_tiles(tile, r, v, m, init)
 
 
-def _gae_blocked(r, v, m, init, gamma, gamma_lambda):
-    """The masked trace (0 where m is false): `_gae_blocked_kernel`, else "chunked"."""
-    def chunked(r, v, m, init, gamma, gamma_lambda):
-        return jnp.where(m, _gae_chunked(r, v, m, init, gamma, gamma_lambda), 0.0)
+def _with_returns(m, v, x):
+    """(x, x + v), both 0 where m is false."""
+    x = jnp.where(m, x, 0.0)
+    return x, jnp.where(m, x + v, 0.0)
 
-    return _with_fallback(gamma_lambda, _gae_blocked_kernel, chunked, r, v, m, init, gamma,
-                          gamma_lambda)
+
+def _gae_blocked(r, v, m, init, gamma, gamma_lambda):
+    """(trace, trace + v), 0 where m is false: `_gae_blocked_kernel`, else "chunked"."""
+    def blocked(r, v, m, init, gamma, gamma_lambda):
+        x = _gae_blocked_kernel(r, v, m, init, gamma, gamma_lambda)  # already 0 off m
+        return x, jnp.where(m, x + v, 0.0)
+
+    def chunked(r, v, m, init, gamma, gamma_lambda):
+        return _with_returns(m, v, _gae_chunked(r, v, m, init, gamma, gamma_lambda))
+
+    return _with_fallback(gamma_lambda, blocked, chunked, r, v, m, init, gamma, gamma_lambda)
 
 
 _GAE_SOLVERS = {"serial": _gae_serial, "associative": _gae_associative, "chunked": _gae_chunked}
@@ -457,7 +470,26 @@ def masked_gae_trace(
     gamma_lambda: float | Array,
     method: str = DEFAULT_METHOD,
 ) -> Array:
-    """The GAE trace with masked pass-through, as coupled reverse recurrences.
+    """The GAE trace with masked pass-through: `masked_gae_trace_and_returns`[0].
+
+    Args, errors and the recurrence: see `masked_gae_trace_and_returns`.
+    Returns x: [B, T] float, the trace where mask is true and 0 elsewhere.
+    """
+    return masked_gae_trace_and_returns(rewards, values, mask, init, gamma=gamma,
+                                        gamma_lambda=gamma_lambda, method=method)[0]
+
+
+def masked_gae_trace_and_returns(
+    rewards: Array,
+    values: Array,
+    mask: Array,
+    init: Array,
+    *,
+    gamma: float | Array,
+    gamma_lambda: float | Array,
+    method: str = DEFAULT_METHOD,
+) -> tuple[Array, Array]:
+    """The GAE trace with masked pass-through, and the returns trace + values.
 
     With w_T = init and virtual m_T = True:
 
@@ -482,7 +514,8 @@ def masked_gae_trace(
       method: "serial", "associative", "chunked" or "blocked".
 
     Returns:
-      x: [B, T] float, the trace where mask is true and 0 elsewhere.
+      (x, x + values): [B, T] float each, the trace (the GAE advantages) and
+      the lambda-returns where mask is true, 0 elsewhere.
 
     Raises:
       ValueError: on shapes other than the above (naming the argument) or an
@@ -497,11 +530,10 @@ def masked_gae_trace(
     r, v, init = (jnp.asarray(x, dtype) for x in (rewards, values, init))
     m = jnp.asarray(mask).astype(bool)
     if dims["T"] == 0:
-        return jnp.zeros(r.shape, dtype)
+        return jnp.zeros(r.shape, dtype), jnp.zeros(r.shape, dtype)
     if method == "blocked":  # masks inside its row tiles (no extra [B, T] pass)
         return _gae_blocked(r, v, m, init, gamma, gamma_lambda)
-    x = _GAE_SOLVERS[method](r, v, m, init, gamma, gamma_lambda)
-    return jnp.where(m, x, 0.0)
+    return _with_returns(m, v, _GAE_SOLVERS[method](r, v, m, init, gamma, gamma_lambda))
 
 
 def masked_discounted_returns(

@@ -93,6 +93,21 @@ def test_masked_gae_trace_and_returns_methods_agree():
         _close(np.where(m, x, 0.0), ref)
 
 
+@pytest.mark.parametrize("lambda_", [0.9, 0.0])  # 0.0: "blocked" falls back to "chunked"
+def test_masked_gae_trace_and_returns(lambda_):
+    rng = np.random.default_rng(4)
+    r, v = (rng.normal(size=(3, 130)).astype(np.float32) for _ in range(2))
+    m = rng.random((3, 130)) < 0.5
+    init = rng.normal(size=3).astype(np.float32)
+    trace = np.where(m, np_masked_gae(r, v, m, init, 0.97, 0.97 * lambda_), 0.0)
+    both = functools.partial(scans.masked_gae_trace_and_returns, gamma=0.97,
+                             gamma_lambda=0.97 * lambda_)
+    for method, (x, ret) in _solve_all(both)(r, v, m, init).items():
+        _close(x, trace)
+        _close(ret, np.where(m, trace + v, 0.0))
+        assert not np.any(np.asarray(ret)[~m]), method  # exactly 0 off the mask
+
+
 def test_bad_input_names_argument():
     a = jnp.ones((2, 3))
     with pytest.raises(ValueError, match="b: expected"):
