@@ -2,7 +2,10 @@
 
 Every function takes arrays and Python scalars and returns arrays; all are
 jit/vmap/grad-safe, keep static shapes, and never produce NaN or inf for finite
-input (constant groups, singleton groups, all-masked rows give exactly 0).
+input. In `grpo`, `dr_grpo` and `rloo`, constant groups, singleton groups and
+masked rows give exactly 0; `reinforce_pp_baseline` gives them 0 before its
+batch whitening, which then shifts every token by the batch mean (as verl).
+Masks are read as bool (any nonzero value is true).
 
 Three levels (docs/DESIGN.md, "Credit assignment"):
 
@@ -36,15 +39,15 @@ and therefore verl (`compute_grpo_outcome_advantage`, `masked_whiten`) and TRL
 
 from __future__ import annotations
 
-import numbers
 import types
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jaxrl_agent.checks import check_choice, check_shape
+from jaxrl_agent.checks import check_choice, check_scalar, check_shape, check_static_int
 from jaxrl_agent.scans import (DEFAULT_METHOD, METHODS, masked_discounted_returns,
                                 masked_gae_trace_and_returns)
 
@@ -56,13 +59,13 @@ Array = jax.Array
 
 
 def _check_unit_interval(name: str, value: Any) -> None:
-    """Raises ValueError if a Python/NumPy scalar lies outside [0, 1]."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        if not 0.0 <= float(value) <= 1.0:
-            raise ValueError(f"{name}: expected a value in [0, 1], got {value!r}")
+    """Raises ValueError unless value is a scalar (one for the whole batch) in [0, 1]."""
+    check_scalar(name, value, low=0.0, high=1.0)
 
 
 def _float_dtype(*xs: Any) -> Any:
+    """The float dtype of the result (at least float32); nested lists are read as arrays."""
+    xs = tuple(np.asarray(x) if isinstance(x, (list, tuple)) else x for x in xs)
     return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
 
 
@@ -146,8 +149,9 @@ def gae(
         action token, minus a per-token KL penalty).
       values: [B, T] float, critic values v_t.
       loss_mask: [B, T] bool (or 0/1), true on policy-generated tokens.
-      gamma: discount in [0, 1] (per masked step).
-      lambda_: GAE lambda in [0, 1].
+      gamma: discount, a scalar in [0, 1] (per masked step; one for the batch,
+        a Python number or a traced 0-d array).
+      lambda_: GAE lambda, a scalar in [0, 1] (as gamma).
       bootstrap_value: optional [B] float, value of the state after the last
         token; used for rows that are truncated.
       truncated: optional [B] bool; None with bootstrap_value bootstraps every
@@ -162,8 +166,8 @@ def gae(
 
     Raises:
       ValueError: on shapes other than the above (naming the argument), gamma or
-        lambda_ outside [0, 1] (Python scalars), an unknown method, or
-        truncated without bootstrap_value.
+        lambda_ not a scalar or (when known at trace time) outside [0, 1], an
+        unknown method, or truncated without bootstrap_value.
     """
     return _gae(("rewards", "values", "loss_mask"), rewards, values, loss_mask,
                 gamma, lambda_, bootstrap_value, truncated, method)
@@ -261,7 +265,14 @@ def step_discounted_returns(
 ) -> Array:
     """Discounted returns over turns: `discounted_returns` on [B, S] step arrays.
 
-    G_k = r_k + gamma * G_{k+1} over turns with step_mask true.
+    G_k = r_k + gamma * G_{k+1} over turns with step_mask true (Sutton & Barto
+    2018, eq. 3.8); turns with step_mask false pass through as in `gae`.
+
+    Args:
+      step_rewards: [B, S] float, reward per turn. step_mask: [B, S] bool.
+      gamma: scalar in [0, 1]. bootstrap_value: optional [B] float, value of
+        the state after the last turn. truncated: optional [B] bool.
+      method: as in `gae`.
 
     Returns:
       [B, S] float, 0 where step_mask is false.
@@ -302,9 +313,8 @@ def step_values_from_token_values(
     dims = check_shape("values", values, ("B", "T"))
     check_shape("step_ids", step_ids, ("B", "T"), dims)
     check_shape("loss_mask", loss_mask, ("B", "T"), dims)
-    if not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"num_steps: expected a static int >= 1, got {num_steps!r}")
-    b, t, s = dims["B"], dims["T"], num_steps
+    s = check_static_int("num_steps", num_steps)
+    b, t = dims["B"], dims["T"]
     sid = jnp.asarray(step_ids, jnp.int32)
     m = jnp.asarray(loss_mask).astype(bool) & (sid >= 0) & (sid < s)
     seg = jnp.where(m, jnp.arange(b, dtype=jnp.int32)[:, None] * s + sid, b * s)
@@ -343,6 +353,10 @@ def broadcast_step_advantages(step_advantages: Array, step_ids: Array, loss_mask
 def broadcast_episode_advantages(advantages: Array, loss_mask: Array) -> Array:
     """Puts a per-episode advantage [B] on the episode's loss_mask tokens [B, T].
 
+    Args:
+      advantages: [B] float, one advantage per episode (e.g. from `grpo`).
+      loss_mask: [B, T] bool, true on the episode's action tokens.
+
     Returns:
       [B, T] float, advantages[b] where loss_mask is true, else 0.
 
@@ -364,16 +378,20 @@ def _group_stats(scores, group_ids, mask, num_groups):
     [0, num_groups) take part in no group."""
     dims = check_shape("scores", scores, ("B",))
     check_shape("group_ids", group_ids, ("B",), dims)
+    if isinstance(group_ids, (list, tuple)):
+        group_ids = np.asarray(group_ids)
     if not jnp.issubdtype(jnp.result_type(group_ids), jnp.integer):
         raise ValueError(f"group_ids: expected an integer dtype, got {jnp.result_type(group_ids)}")
     if mask is not None:
         check_shape("mask", mask, ("B",), dims)
-    if not isinstance(num_groups, int) or num_groups < 1:
-        raise ValueError(f"num_groups: expected a static int >= 1, got {num_groups!r}")
+    num_groups = check_static_int("num_groups", num_groups)
     dtype = _float_dtype(scores)
     s = jnp.asarray(scores, dtype)
-    gid = jnp.asarray(group_ids, jnp.int32)
+    if isinstance(group_ids, (np.ndarray, np.generic)):  # range first: int64 ids would wrap in int32
+        group_ids = np.where((group_ids >= 0) & (group_ids < num_groups), group_ids, -1)
+    gid = jnp.asarray(group_ids)
     valid = (gid >= 0) & (gid < num_groups)
+    gid = gid.astype(jnp.int32)
     if mask is not None:
         valid = valid & jnp.asarray(mask).astype(bool)
     seg = jnp.where(valid, gid, num_groups)  # out of range: dropped by segment ops
@@ -412,17 +430,20 @@ def grpo(
 
     Args:
       scores: [B] float episode scores.
-      group_ids: [B] int32 group (prompt) id per episode, any order.
+      group_ids: [B] integer group (prompt) id per episode, any order and any
+        integer dtype (ids outside [0, num_groups) take part in no group).
       num_groups: static int, number of group ids (upper bound).
       mask: optional [B] bool, false on padding episodes.
-      eps: added to the std.
+      eps: scalar >= 0 added to the std.
 
     Returns:
       [B] float advantages (use `broadcast_episode_advantages` for tokens).
 
     Raises:
-      ValueError: on shape mismatch (naming the argument) or num_groups < 1.
+      ValueError: on shape mismatch (naming the argument), non-integer
+        group_ids, num_groups not a static int >= 1, or eps < 0.
     """
+    check_scalar("eps", eps, low=0.0)
     centered, n, sumsq, keep = _group_stats(scores, group_ids, mask, num_groups)
     var = sumsq / jnp.maximum(n - 1.0, 1.0)
     std = jnp.sqrt(jnp.maximum(var, jnp.finfo(var.dtype).tiny))
@@ -469,15 +490,16 @@ def whiten(x: Array, mask: Array, *, shift_mean: bool = True, eps: float = 1e-8)
     Args:
       x: float array of any shape. mask: bool array of the same shape.
       shift_mean: whether the output keeps mean 0.
-      eps: added to the variance.
+      eps: scalar >= 0 added to the variance.
 
     Returns:
       Whitened x, same shape, float.
 
     Raises:
-      ValueError: if mask's shape differs from x's.
+      ValueError: if mask's shape differs from x's, or eps < 0.
     """
     check_shape("mask", mask, tuple(jnp.shape(x)))
+    check_scalar("eps", eps, low=0.0)
     dtype = _float_dtype(x)
     x = jnp.asarray(x, dtype)
     m = jnp.asarray(mask).astype(bool)
@@ -532,23 +554,30 @@ def reinforce_pp_baseline(
 
     A_{b,t} = whiten(s_b - mean_{g(b)}) over the batch's masked tokens, as verl's
     `compute_reinforce_plus_plus_baseline_outcome_advantage` (Hu 2025). A
-    singleton group gives 0 before whitening (verl keeps the raw score).
+    constant or singleton group gives 0 before whitening (verl keeps the raw
+    score of a singleton); the whitening then subtracts the batch's token mean,
+    so those tokens end up at -mean / std, not 0. Episodes with mask false take
+    no part: their tokens are 0 and left out of the whitening statistics.
 
     Args:
-      scores: [B] float. group_ids: [B] int32. loss_mask: [B, T] bool.
-      num_groups: static int. mask: optional [B] bool.
+      scores: [B] float. group_ids: [B] integer (as `grpo`).
+      loss_mask: [B, T] bool. num_groups: static int. mask: optional [B] bool.
 
     Returns:
-      [B, T] float advantages, 0 where loss_mask is false.
+      [B, T] float advantages, 0 where loss_mask (or mask) is false.
 
     Raises:
-      ValueError: on shape mismatch (naming the argument) or num_groups < 1.
+      ValueError: as `grpo`.
     """
     dims = check_shape("scores", scores, ("B",))
     check_shape("loss_mask", loss_mask, ("B", "T"), dims)
+    token_mask = jnp.asarray(loss_mask).astype(bool)
+    if mask is not None:
+        check_shape("mask", mask, ("B",), dims)
+        token_mask = token_mask & jnp.asarray(mask).astype(bool)[:, None]
     centered = dr_grpo(scores, group_ids, num_groups=num_groups, mask=mask)
-    tokens = broadcast_episode_advantages(centered, loss_mask)
-    return whiten(tokens, loss_mask)
+    tokens = broadcast_episode_advantages(centered, token_mask)
+    return whiten(tokens, token_mask)
 
 
 # ----------------------------------------------------------------------------

@@ -11,8 +11,11 @@ size, V vocabulary, D model width, H heads, K key/value heads.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Sequence
 
+import jax
 import numpy as np
 
 
@@ -93,3 +96,62 @@ def check_positive(name: str, value: float, *, allow_zero: bool = False) -> None
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name}: expected a value {bound}, got {value!r}")
+
+
+def check_static_int(name: str, value: Any, *, low: int = 1) -> int:
+    """int(value) for a Python/NumPy integer >= low (not a bool); raises ValueError otherwise.
+
+    For sizes that fix array shapes (num_groups, num_steps): they must be known
+    at trace time.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name}: expected a static int >= {low}, got {value!r}")
+    return int(value)
+
+
+def static_value(value: Any) -> float | None:
+    """float(value) for a Python/NumPy scalar or a concrete 0-d array; None when traced."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        return float(value)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return None
+
+
+def check_scalar(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    """Raises ValueError unless `value` is a scalar inside the given bounds.
+
+    Python and NumPy scalars, 0-d arrays and traced 0-d values are scalars; a
+    value known at trace time (everything but a tracer) must also lie in
+    [low, high] (open at a side with low_open / high_open; None: unbounded). NaN
+    is outside every interval.
+
+    Raises:
+      ValueError: naming `name`, the expected interval and what was given
+        (including a per-row array where one scalar is expected).
+    """
+    shape = np.shape(value)
+    if shape != ():
+        raise ValueError(f"{name}: expected a scalar, got an array of shape {list(shape)}")
+    v = static_value(value)
+    if v is None:
+        return
+    ok = not math.isnan(v)
+    if low is not None:
+        ok = ok and (v > low if low_open else v >= low)
+    if high is not None:
+        ok = ok and (v < high if high_open else v <= high)
+    if not ok:
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        interval = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
+        raise ValueError(f"{name}: expected a value in {interval}, got {value!r}")

@@ -357,6 +357,19 @@ def _gae_serial(r, v, m, init, gamma, gamma_lambda):
     return x.T
 
 
+def _centre_values(r, v, m, init, gamma):
+    """(r - c (1 - gamma) m, v - c, init - c) with c [B] the mean of each row's masked values.
+
+    GAE is exactly invariant under this shift (every delta_t = r_t + gamma v' - v_t
+    is unchanged), while the rounding of "chunked" and "blocked", which carry
+    values and traces in one sum, scales with |v|; so they run on centred values.
+    c is a constant under grad (the result does not depend on it).
+    """
+    n = jnp.maximum(jnp.sum(m, axis=1), 1).astype(v.dtype)
+    c = lax.stop_gradient(jnp.sum(jnp.where(m, v, 0.0), axis=1) / n)
+    return r - jnp.where(m, (1.0 - gamma) * c[:, None], 0.0), v - c[:, None], init - c
+
+
 def _gae_chunked(r, v, m, init, gamma, gamma_lambda):
     """Two-level fused GAE, the same arithmetic as `_gae_serial`.
 
@@ -366,8 +379,10 @@ def _gae_chunked(r, v, m, init, gamma, gamma_lambda):
     2. Scan over the NC chunks to get each chunk's end state.
     3. Re-run the per-step recurrence inside every chunk from its end state.
     Rows are left-padded to NC * C with unmasked zero-reward positions, which
-    the reverse recurrence reaches last and drops.
+    the reverse recurrence reaches last and drops. Values are centred per row
+    first (`_centre_values`).
     """
+    r, v, init = _centre_values(r, v, m, init, gamma)
     b, t = r.shape
     c = chunk_size(t)
     nc = -(-t // c)
@@ -407,8 +422,8 @@ def _gae_chunked(r, v, m, init, gamma, gamma_lambda):
 
 
 def _gae_associative(r, v, m, init, gamma, gamma_lambda):
-    mf = m.astype(r.dtype)
-    w = _associative(1.0 - mf, mf * v, init)  # value at the first masked position >= t
+    # value at the first masked position >= t (where, not m * v: v off the mask may be inf/NaN)
+    w = _associative(jnp.where(m, 0.0, 1.0).astype(r.dtype), jnp.where(m, v, 0.0), init)
     next_value = jnp.concatenate([w[:, 1:], init[:, None]], axis=1)
     delta = r + jnp.where(m, gamma * next_value - v, 0.0)
     a_trace = _pass_through_decays(m, gamma_lambda, r.dtype)
@@ -424,8 +439,12 @@ def _gae_blocked_kernel(r, v, m, init, gamma, gamma_lambda):
     y_t = a_t y_{t+1} + r_t + [m_t] (k - 1) v_t with k = gamma / gamma_lambda
     (= 1 / lambda_) and y_T = k * init. Then y_t = x_t + k v_t on masked t,
     which subtracts the one moved term that belongs to earlier positions. The
-    rounding of that subtraction is at most k * eps * |v_t|; gamma_lambda >=
+    rounding of that subtraction is about k * eps * |v_t|; gamma_lambda >=
     BLOCKED_MIN_DECAY bounds k by 1 / BLOCKED_MIN_DECAY for gamma <= 1.
+
+    So that error scales with the spread of the values, not their offset, each
+    row runs on centred values (`_centre_values`). Without that, values ~1000
+    with lambda_ = 0.16 gave errors ~5e-3 on advantages of size ~0.1.
     Runs on row tiles (`_map_row_tiles`), the masking by m included, so no
     [B, T] intermediate is materialized. Returns the masked trace (0 off m).
     (Writing the returns from the tiles as well measured slower than the one
@@ -433,6 +452,7 @@ def _gae_blocked_kernel(r, v, m, init, gamma, gamma_lambda):
     """
     def tile(r, v, m, init):
         k = gamma / gamma_lambda
+        r, v, init = _centre_values(r, v, m, init, gamma)
         y = _pass_through_blocked(r + jnp.where(m, (k - 1.0) * v, 0.0), m, k * init, gamma_lambda)
         return jnp.where(m, y - k * v, 0.0)
 

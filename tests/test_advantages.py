@@ -388,6 +388,80 @@ def test_bad_input_raises_value_error_naming_argument():
                                   num_groups=1)
     with pytest.raises(ValueError, match="mask"):
         adv.whiten(jnp.zeros(4), jnp.ones(3, bool))
+    with pytest.raises(ValueError, match="^eps"):
+        adv.whiten(jnp.zeros(4), jnp.ones(4, bool), eps=-1.0)
+    with pytest.raises(ValueError, match="^eps"):
+        adv.grpo(jnp.zeros(4), jnp.zeros(4, jnp.int32), num_groups=1, eps=-1e-6)
+    with pytest.raises(ValueError, match="^num_groups"):
+        adv.grpo(jnp.zeros(4), jnp.zeros(4, jnp.int32), num_groups=True)
+    # NumPy scalars and 0-d arrays are range-checked; one gamma per batch, not per row.
+    with pytest.raises(ValueError, match=r"^gamma: expected a value in \[0, 1\]"):
+        adv.discounted_returns(r, m, gamma=np.array(1.5))
+    with pytest.raises(ValueError, match=r"^lambda_: expected a value in \[0, 1\]"):
+        adv.gae(r, r, m, gamma=0.9, lambda_=np.float32(1.2))
+    for method in METHODS:
+        with pytest.raises(ValueError, match=r"^gamma: expected a scalar, got an array of shape \[2\]"):
+            adv.gae(r, r, m, gamma=np.array([0.9, 0.5]), lambda_=1.0, method=method)
+
+
+def test_numpy_integer_sizes_and_64_bit_group_ids():
+    scores = np.array([0.0, 1.0, 2.0, 3.0], np.float32)
+    a = adv.grpo(scores, np.array([0, 0, 1, 1], np.int64), num_groups=np.int64(2))
+    np.testing.assert_allclose(_np(a), [-0.7071, 0.7071, -0.7071, 0.7071], atol=1e-4)
+    # 2**32 is outside [0, num_groups): no group, 0 (it must not wrap to id 0 in int32).
+    a = adv.grpo(scores, np.array([0, 0, 2**32, 5], np.int64), num_groups=2)
+    np.testing.assert_allclose(_np(a), [-0.7071, 0.7071, 0.0, 0.0], atol=1e-4)
+    sv = adv.step_values_from_token_values(jnp.ones((1, 3)), jnp.zeros((1, 3), jnp.int32),
+                                           jnp.ones((1, 3), bool), num_steps=np.int32(2))
+    assert sv.shape == (1, 2)
+    # Nested Python lists are read as arrays.
+    np.testing.assert_allclose(_np(adv.grpo([1.0, 2.0, 3.0, 3.0], [0, 0, 1, 1], num_groups=2)),
+                               [-0.7071, 0.7071, 0.0, 0.0], atol=1e-4)
+    np.testing.assert_allclose(_np(adv.gae([[0.0, 1.0]], [[0.0, 0.0]], [[True, True]], gamma=1.0,
+                                           lambda_=1.0)[0]), [[1.0, 1.0]])
+
+
+def test_reinforce_pp_baseline_leaves_masked_episodes_out():
+    scores = np.array([1.0, 0.0, 1.0, 1.0, 100.0], np.float32)
+    gid = np.array([0, 0, 1, 1, 2], np.int32)
+    lm = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 0], [1, 1, 1]], bool)
+    keep = np.array([1, 1, 1, 1, 0], bool)
+    got = _np(adv.reinforce_pp_baseline(scores, gid, lm, num_groups=3, mask=keep))
+    assert not got[4].any()  # the masked episode: 0 on every token
+    # ...and out of the whitening: the same as the batch without it.
+    ref = _np(adv.reinforce_pp_baseline(scores[:4], gid[:4], lm[:4], num_groups=3))
+    np.testing.assert_allclose(got[:4], ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("lambda_", [0.95, 0.16, 0.1])  # 0.1: blocked falls back to chunked
+def test_gae_precision_with_large_value_offsets(lambda_):
+    """Values ~1000 with advantages ~0.1: every method within 1e-5 absolute of float64.
+
+    "blocked" and "chunked" centre each row's values (GAE is invariant under a
+    constant shift); before that, blocked's error here was ~5e-3 at lambda_ = 0.16.
+    """
+    rng = np.random.default_rng(7)
+    b, t = 4, 512
+    v = (1000.0 + 0.1 * rng.normal(size=(b, t))).astype(np.float32)
+    r = (0.01 * rng.normal(size=(b, t))).astype(np.float32)
+    m = rng.random((b, t)) < 0.7
+    boot = np.full(b, 1000.0, np.float32)
+    ref = np_gae(r.astype(np.float64), v.astype(np.float64), m, 1.0, lambda_, boot)
+    for method in METHODS:
+        a, ret = jitted(adv.gae)(r, v, m, gamma=1.0, lambda_=lambda_, bootstrap_value=boot,
+                                 method=method)
+        assert np.max(np.abs(_np(a) - ref)) < 1e-5, method
+        np.testing.assert_allclose(_np(ret), np.where(m, ref + v, 0.0), rtol=1e-6, atol=1e-3)
+
+
+def test_associative_ignores_non_finite_values_off_the_mask():
+    r = np.array([[0.0, 0.0, 1.0, 0.0]], np.float32)
+    v = np.array([[0.5, 0.5, 0.5, np.inf]], np.float32)
+    m = np.array([[1, 1, 1, 0]], bool)
+    outs = {meth: _np(adv.gae(r, v, m, gamma=1.0, lambda_=0.95, method=meth)[0]) for meth in METHODS}
+    for meth, x in outs.items():
+        assert np.all(np.isfinite(x)), meth
+        np.testing.assert_allclose(x, outs["serial"], atol=1e-6)
 
 
 def test_registry():

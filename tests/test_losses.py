@@ -501,6 +501,14 @@ Z4 = (Z, Z, Z, Z)
         (lambda: losses.masked_importance_weights(Z, Z, Z, low=2.0, high=1.0), "low"),
         (lambda: losses.masked_importance_weights(Z, Z[0], Z), "rollout_logprobs"),
         (lambda: losses.get_policy_loss("grpo"), "policy_loss"),
+        # NumPy scalars and 0-d arrays are range-checked like Python numbers.
+        (lambda: losses.ppo_policy_loss(*Z4, dual_clip=np.float32(0.5)), "dual_clip"),
+        (lambda: losses.ppo_policy_loss(*Z4, clip_low=np.array(-0.1)), "clip_low"),
+        (lambda: losses.ppo_policy_loss(*Z4, clip_low=1.5), "clip_low"),
+        (lambda: losses.ppo_policy_loss(*Z4, clip_high=None), "clip_high"),
+        (lambda: losses.ppo_policy_loss(*Z4, clip_high=np.array([0.2, 0.3])), "clip_high"),
+        (lambda: losses.masked_importance_weights(Z, Z, Z, low=2.0, high=np.float32(1.0)), "low"),
+        (lambda: losses.truncated_importance_weights(Z, Z, Z, cap=np.float32(float("nan"))), "cap"),
     ],
 )
 def test_bad_input_raises_value_error_naming_argument(call, match):
@@ -512,3 +520,12 @@ def test_registry_error_lists_valid_names():
     with pytest.raises(ValueError, match="cispo.*gspo.*ppo"):
         losses.get_policy_loss("nope")
     assert losses.get_policy_loss("gspo") is losses.gspo_policy_loss
+
+
+def test_mismatch_kl_k3_uses_one_clamped_log_ratio():
+    old = np.array([[25.0, 0.0]], np.float32)  # log rho = 25 on token 0, beyond the clamp of 20
+    rollout = np.zeros((1, 2), np.float32)
+    _, metrics = losses.truncated_importance_weights(old, rollout, np.ones((1, 2), bool))
+    k3_token0 = math.exp(20.0) - 1.0 - 20.0  # k3 of the clamped log rho, as the weights use
+    _close(metrics["mismatch_kl_k3"] / k3_token0, 0.5)  # mean over 2 tokens; token 1 has k3 = 0
+    _close(metrics["mismatch_kl_k1"], -12.5)  # k1 stays unclamped

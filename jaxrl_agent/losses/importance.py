@@ -21,7 +21,8 @@ Metrics (over this batch; ratio stats over the weighting units, i.e. masked
 tokens or non-empty rows): 'is_ratio_mean', 'is_ratio_min', 'is_ratio_max',
 'is_frac_capped' (TIS: rho > cap), 'is_frac_masked' (MIS: rho outside
 [low, high]), and the token-level mismatch KL(pi_rollout || pi_old) as
-'mismatch_kl_k3' = E[rho - 1 - log rho] and 'mismatch_kl_k1' = E[-log rho].
+'mismatch_kl_k3' = E[rho - 1 - log rho] (log rho clamped to [-20, 20], as the
+weights) and 'mismatch_kl_k1' = E[-log rho] (unclamped).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl_agent.checks import check_choice, check_shape
+from jaxrl_agent.checks import check_choice, check_scalar, check_shape, static_value
 from jaxrl_agent.losses.aggregation import (
     as_float,
     as_mask,
@@ -72,12 +73,13 @@ def _to_tokens(unit_values: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
 
 
 def _metrics(rho, unit_mask, log_rho, mask) -> dict[str, jnp.ndarray]:
-    tok_rho = jnp.exp(jnp.clip(log_rho, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    clipped = jnp.clip(log_rho, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # k3 from one clamped log rho
+    tok_rho = jnp.exp(clipped)
     return {
         "is_ratio_mean": masked_mean(rho, unit_mask),
         "is_ratio_min": masked_min(rho, unit_mask),
         "is_ratio_max": masked_max(rho, unit_mask),
-        "mismatch_kl_k3": masked_mean(tok_rho - 1.0 - log_rho, mask),
+        "mismatch_kl_k3": masked_mean(tok_rho - 1.0 - clipped, mask),
         "mismatch_kl_k1": masked_mean(-log_rho, mask),
     }
 
@@ -107,8 +109,7 @@ def truncated_importance_weights(
     Raises:
       ValueError: on bad shapes, unknown `level` or cap <= 0.
     """
-    if isinstance(cap, (int, float)) and not cap > 0:
-        raise ValueError(f"cap: expected a value > 0, got {cap!r}")
+    check_scalar("cap", cap, low=0.0, low_open=True)
     rho, unit_mask, log_rho, mask = _unit_ratio(old_logprobs, rollout_logprobs, loss_mask, level)
     weights = jax.lax.stop_gradient(_to_tokens(jnp.minimum(rho, cap), mask))
     metrics = _metrics(rho, unit_mask, log_rho, mask)
@@ -145,7 +146,10 @@ def masked_importance_weights(
     Raises:
       ValueError: on bad shapes, unknown `level` or bounds not 0 <= low < high.
     """
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and not 0 <= low < high:
+    check_scalar("low", low, low=0.0)
+    check_scalar("high", high, low=0.0)
+    lo, hi = static_value(low), static_value(high)
+    if lo is not None and hi is not None and not lo < hi:
         raise ValueError(f"low, high: expected 0 <= low < high, got low={low!r}, high={high!r}")
     rho, unit_mask, log_rho, mask = _unit_ratio(old_logprobs, rollout_logprobs, loss_mask, level)
     keep = (rho >= low) & (rho <= high)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from jaxrl_agent.checks import check_choice, check_shape
+from jaxrl_agent.checks import check_choice, check_scalar, check_shape
 from jaxrl_agent.losses.aggregation import (
     aggregate_loss,
     as_float,
@@ -45,14 +45,21 @@ LOG_RATIO_CLAMP = 20.0
 Metrics = dict[str, jnp.ndarray]
 
 
-def _check_nonneg(name: str, value: Any) -> None:
-    if isinstance(value, (int, float)) and not value >= 0:
-        raise ValueError(f"{name}: expected a value >= 0, got {value!r}")
+def _check_clips(clip_low: Any, clip_high: Any, *, low_optional: bool = False) -> None:
+    """clip_low in [0, 1) (None allowed where low_optional: no lower bound), clip_high >= 0."""
+    if clip_low is None and not low_optional:
+        raise ValueError("clip_low: expected a value in [0, 1), got None")
+    if clip_low is not None:
+        check_scalar("clip_low", clip_low, low=0.0, high=1.0, high_open=True)
+    if clip_high is None:
+        raise ValueError("clip_high: expected a value >= 0, got None")
+    check_scalar("clip_high", clip_high, low=0.0)
 
 
-def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high):
-    """Checks shapes, agg_mode and clips (a None clip is not checked); returns
-    float arrays with off-mask entries zeroed."""
+def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high,
+             *, low_optional=False):
+    """Checks shapes, agg_mode and clips (`_check_clips`); returns float arrays
+    with off-mask entries zeroed."""
     dims = check_shape("logprobs", logprobs, ("B", "T"))
     check_shape("old_logprobs", old_logprobs, ("B", "T"), dims)
     check_shape("advantages", advantages, ("B", "T"), dims)
@@ -67,8 +74,7 @@ def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode
     old = jax.lax.stop_gradient(jnp.where(mask, as_float(old_logprobs), 0.0))
     adv = jax.lax.stop_gradient(jnp.where(mask, as_float(advantages), 0.0))
     check_agg_mode(agg_mode)
-    _check_nonneg("clip_low", clip_low)
-    _check_nonneg("clip_high", clip_high)
+    _check_clips(clip_low, clip_high, low_optional=low_optional)
     return logp, old, adv, mask, weights
 
 
@@ -134,7 +140,8 @@ def ppo_policy_loss(
     Args:
       logprobs, old_logprobs, advantages: [B, T] float.
       loss_mask: [B, T] bool.
-      clip_low, clip_high: eps_low, eps_high >= 0.
+      clip_low, clip_high: eps_low in [0, 1), eps_high >= 0 (scalars; traced
+        values are checked for shape only).
       dual_clip: c > 1 (e.g. 3.0) or None (off).
       is_weights: optional [B, T] float per-token weights (stop-gradient).
       agg_mode, num_tokens, num_seqs, max_len: see `aggregate_loss`.
@@ -144,16 +151,20 @@ def ppo_policy_loss(
       active), 'clipfrac_upper' (A > 0, r > 1 + clip_high), 'clipfrac_lower'
       (A < 0, r < 1 - clip_low), 'clipfrac_dual' (A < 0, r > c),
       'approx_kl_k3', 'approx_kl_k2', 'ratio_mean', 'ratio_min', 'ratio_max'.
-      The gradient is zero exactly on the clipped tokens.
+      The gradient is zero exactly on the clipped tokens, and also where
+      |logprobs - old_logprobs| > LOG_RATIO_CLAMP (20; the ratio is clamped
+      before exp so a stale token cannot overflow). Those tokens count in
+      'clipfrac' only if a clip is active on them.
 
     Raises:
-      ValueError: on bad shapes, unknown agg_mode, negative clips, c <= 1.
+      ValueError: on bad shapes, unknown agg_mode, clips outside the ranges
+        above (or None), c <= 1, or a non-scalar clip.
     """
     logp, old, adv, mask, weights = _prepare(
         logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high
     )
-    if dual_clip is not None and isinstance(dual_clip, (int, float)) and not dual_clip > 1:
-        raise ValueError(f"dual_clip: expected c > 1 (e.g. 3.0) or None, got {dual_clip!r}")
+    if dual_clip is not None:
+        check_scalar("dual_clip", dual_clip, low=1.0, low_open=True)
     log_ratio = jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = jnp.exp(log_ratio)
     unclipped = -adv * ratio
@@ -269,8 +280,9 @@ def cispo_policy_loss(
       'clipfrac_upper', 'clipfrac_lower', 'approx_kl_k3', 'approx_kl_k2',
       'ratio_mean', 'ratio_min', 'ratio_max'.
     """
-    logp, old, adv, mask, weights = _prepare(  # clip_low None: no lower bound, not checked
-        logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high
+    logp, old, adv, mask, weights = _prepare(  # clip_low None: no lower bound
+        logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high,
+        low_optional=True,
     )
     log_ratio = jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     r = jax.lax.stop_gradient(jnp.exp(log_ratio))

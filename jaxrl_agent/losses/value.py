@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl_agent.checks import check_shape
+from jaxrl_agent.checks import check_scalar, check_shape
 from jaxrl_agent.losses.aggregation import (
     aggregate_loss,
     as_float,
@@ -60,8 +60,8 @@ def value_loss(
     check_shape("returns", returns, ("B", "T"), dims)
     check_shape("loss_mask", loss_mask, ("B", "T"), dims)
     check_agg_mode(agg_mode)
-    if isinstance(clip_range, (int, float)) and not clip_range >= 0:
-        raise ValueError(f"clip_range: expected a value >= 0 or None, got {clip_range!r}")
+    if clip_range is not None:
+        check_scalar("clip_range", clip_range, low=0.0)
     mask = as_mask(loss_mask)
     v = jnp.where(mask, as_float(values), 0.0)
     old_v = jax.lax.stop_gradient(jnp.where(mask, as_float(old_values), 0.0))
