@@ -261,3 +261,8 @@ def test_bad_mesh_and_batch_sizes_raise():
         LearnerHParams(estimator="ppo")
     with pytest.raises(ValueError, match="kl_in_reward"):
         LearnerHParams(estimator="grpo", kl_in_reward=True, kl_coef=0.1)
+    with pytest.raises(ValueError, match=r"^clip_low: expected a value in \[0, 1\), got None"):
+        LearnerHParams(policy_loss="ppo", clip_low=None)  # only CISPO has "no lower bound"
+    assert LearnerHParams(policy_loss="cispo", clip_low=None).clip_low is None
+    with pytest.raises(ValueError, match="^dual_clip"):
+        LearnerHParams(dual_clip=1.0)

@@ -112,6 +112,8 @@ class LearnerHParams:
     def __post_init__(self):
         check_choice("estimator", self.estimator, ESTIMATORS)
         check_choice("policy_loss", self.policy_loss, tuple(losses.POLICY_LOSSES))
+        losses.check_clips(self.clip_low, self.clip_high, self.dual_clip,
+                           low_optional=self.policy_loss == "cispo")
         check_choice("agg_mode", self.agg_mode, losses.AGG_MODES)
         check_choice("kl_kind", self.kl_kind, losses.KL_KINDS)
         check_choice("is_correction", self.is_correction, IS_CORRECTIONS)

@@ -22,6 +22,7 @@ from jaxrl_agent.losses.importance import (
 from jaxrl_agent.losses.kl import KL_KINDS, kl_loss, kl_penalty
 from jaxrl_agent.losses.policy import (
     POLICY_LOSSES,
+    check_clips,
     cispo_policy_loss,
     get_policy_loss,
     gspo_policy_loss,
@@ -35,6 +36,7 @@ __all__ = [
     "KL_KINDS",
     "POLICY_LOSSES",
     "aggregate_loss",
+    "check_clips",
     "cispo_policy_loss",
     "entropy_from_logits",
     "entropy_loss",

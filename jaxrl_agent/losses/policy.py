@@ -45,8 +45,19 @@ LOG_RATIO_CLAMP = 20.0
 Metrics = dict[str, jnp.ndarray]
 
 
-def _check_clips(clip_low: Any, clip_high: Any, *, low_optional: bool = False) -> None:
-    """clip_low in [0, 1) (None allowed where low_optional: no lower bound), clip_high >= 0."""
+def check_clips(clip_low: Any, clip_high: Any, dual_clip: Any = None, *,
+                low_optional: bool = False) -> None:
+    """Checks the clip arguments of the policy losses.
+
+    clip_low in [0, 1) (None allowed where low_optional: CISPO's "no lower
+    bound"), clip_high >= 0, dual_clip None or > 1; scalars (traced ones are
+    checked for shape only).
+
+    Raises:
+      ValueError: naming the argument and the expected range.
+    """
+    if dual_clip is not None:
+        check_scalar("dual_clip", dual_clip, low=1.0, low_open=True)
     if clip_low is None and not low_optional:
         raise ValueError("clip_low: expected a value in [0, 1), got None")
     if clip_low is not None:
@@ -58,7 +69,7 @@ def _check_clips(clip_low: Any, clip_high: Any, *, low_optional: bool = False) -
 
 def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high,
              *, low_optional=False):
-    """Checks shapes, agg_mode and clips (`_check_clips`); returns float arrays
+    """Checks shapes, agg_mode and clips (`check_clips`); returns float arrays
     with off-mask entries zeroed."""
     dims = check_shape("logprobs", logprobs, ("B", "T"))
     check_shape("old_logprobs", old_logprobs, ("B", "T"), dims)
@@ -74,7 +85,7 @@ def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode
     old = jax.lax.stop_gradient(jnp.where(mask, as_float(old_logprobs), 0.0))
     adv = jax.lax.stop_gradient(jnp.where(mask, as_float(advantages), 0.0))
     check_agg_mode(agg_mode)
-    _check_clips(clip_low, clip_high, low_optional=low_optional)
+    check_clips(clip_low, clip_high, low_optional=low_optional)
     return logp, old, adv, mask, weights
 
 
@@ -163,7 +174,7 @@ def ppo_policy_loss(
     logp, old, adv, mask, weights = _prepare(
         logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high
     )
-    if dual_clip is not None:
+    if dual_clip is not None:  # clip_low / clip_high: checked in _prepare
         check_scalar("dual_clip", dual_clip, low=1.0, low_open=True)
     log_ratio = jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = jnp.exp(log_ratio)
