@@ -8,7 +8,11 @@ Compares, in one run and on the same arrays:
     `compute_gae_advantage_return` (with its response_mask pass-through), and the
     same loop over NumPy arrays;
   - the memory-copy floor: a jitted elementwise op that reads every input once
-    and writes both outputs once (same bytes as gae's unavoidable traffic).
+    and writes both outputs once (same bytes as gae's unavoidable traffic);
+  - a reference point, not a competitor: the same recurrence as a plain C loop
+    (bench/gae_loop.c, compiled here with `cc -O3 -march=native -fopenmp`, rows
+    over all cores), i.e. what compiled serial code does on this machine.
+    Skipped, with the reason printed, when no C compiler is found.
 
 step_gae runs at S = T / --tokens-per-step turns and at S = T (the issue's
 literal reading: step_gae on as many steps as gae has tokens).
@@ -23,11 +27,13 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -44,6 +50,7 @@ def parse_args():
     p.add_argument("--row-tile-elements", type=int, default=0,
                    help="override jaxrl_agent.scans.ROW_TILE_ELEMENTS (the row-tile size of "
                         "method blocked) to tune it on this hardware; 0 keeps the default")
+    p.add_argument("--no-c-loop", action="store_true", help="skip the compiled C loop reference")
     p.add_argument("--flush-mib", type=int, default=0,
                    help="before every timed jax call (methods and copy floor), write a buffer of this "
                         "many MiB to evict the caches (cold-cache timing; 0: warm, the default)")
@@ -125,9 +132,35 @@ def time_fn(fn, args, repeats):
     return float(np.median(times))
 
 
+def build_c_loop():
+    """Compiles bench/gae_loop.c; returns (ctypes function, command) or (None, why)."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gae_loop.c")
+    lib_path = os.path.join(tempfile.mkdtemp(prefix="jaxrl_bench_"), "libgae_loop.so")
+    cmd = [os.environ.get("CC", "cc"), "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
+           src, "-o", lib_path]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        return None, f"{' '.join(cmd)} failed: {getattr(e, 'stderr', '') or e}".strip()
+    fn = ctypes.CDLL(lib_path).gae_rows
+    ptr, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    fn.argtypes = [ptr] * 6 + [i64, i64, f32, f32]
+    fn.restype = None
+    return fn, " ".join(cmd)
+
+
+def c_loop_gae(fn, rewards, values, mask_u8, init, gamma, lam):
+    """(advantages, returns) from the C loop, into fresh arrays as the jax functions return."""
+    adv, ret = np.empty_like(rewards), np.empty_like(rewards)
+    fn(*(x.ctypes.data for x in (rewards, values, mask_u8, init, adv, ret)),
+       rewards.shape[0], rewards.shape[1], gamma, gamma * lam)
+    return adv, ret
+
+
 def time_loop(fn, args, repeats):
     times = []
     for _ in range(repeats):
+        flush_caches()
         t0 = time.perf_counter()
         fn(*args)
         times.append(time.perf_counter() - t0)
@@ -160,6 +193,12 @@ def bench_case(kind, b, t, rng, rows):
     ref = numpy_loop_gae(r, v, m, GAMMA, LAMBDA)[0]
     got = np.asarray(jax.jit(lambda *a: est(*a, gamma=GAMMA, lambda_=LAMBDA)[0])(*dev))
     err = float(np.max(np.abs(ref - got)) / max(np.max(np.abs(ref)), 1e-12))
+    if C_LOOP is not None:
+        c_args = (C_LOOP, r, v, m.view(np.uint8), np.zeros(b, np.float32), GAMMA, LAMBDA)
+        c_loop_gae(*c_args)  # warm up (OpenMP threads)
+        results["c loop (reference)"] = time_loop(c_loop_gae, c_args, ARGS.repeats)
+        c_err = np.max(np.abs(ref - c_loop_gae(*c_args)[0])) / max(np.max(np.abs(ref)), 1e-12)
+        err = max(err, float(c_err))
     nbytes = n * (4 + 4 + 1 + 4 + 4)
     for name, sec in results.items():
         rows.append(dict(kind=kind, B=b, T=t, impl=name, sec=sec, rate=n / sec,
@@ -189,7 +228,12 @@ def hardware():
     return f"{model}, {os.cpu_count()} cores visible; jax devices: {jax.devices()}"
 
 
+C_LOOP, C_LOOP_COMMAND = (None, "skipped (--no-c-loop)") if ARGS.no_c_loop else build_c_loop()
+
+
 def main():
+    if C_LOOP is None:
+        print(f"c loop: {C_LOOP_COMMAND}", flush=True)
     rng = np.random.default_rng(0)
     rows = []
     t_start = time.perf_counter()
@@ -206,6 +250,7 @@ def main():
             f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}\n"
             f"caches: {f'cold (--flush-mib {ARGS.flush_mib})' if ARGS.flush_mib else 'warm'}; "
             f"blocked row tile: {scans.ROW_TILE_ELEMENTS} elements\n"
+            f"c loop: {C_LOOP_COMMAND}\n"
             f"total time: {time.perf_counter() - t_start:.0f} s; max relative error vs NumPy loop: "
             f"{max(r['err'] for r in rows):.2g}")
     print(meta)
