@@ -111,11 +111,9 @@ def check_static_int(name: str, value: Any, *, low: int = 1) -> int:
 
 def static_value(value: Any) -> float | None:
     """float(value) for a Python/NumPy scalar or a concrete 0-d array; None when traced."""
-    if isinstance(value, jax.core.Tracer):
-        return None
     try:
         return float(value)
-    except (TypeError, jax.errors.ConcretizationTypeError):
+    except (TypeError, jax.errors.ConcretizationTypeError):  # a tracer (or not a number)
         return None
 
 
