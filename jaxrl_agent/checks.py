@@ -16,6 +16,7 @@ import numbers
 from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -128,8 +129,9 @@ def check_scalar(
 ) -> None:
     """Raises ValueError unless `value` is a scalar inside the given bounds.
 
-    Python and NumPy scalars, 0-d arrays and traced 0-d values are scalars; a
-    value known at trace time (everything but a tracer) must also lie in
+    Python and NumPy real scalars, 0-d real arrays and traced 0-d values are
+    scalars (None, strings, complex numbers are not); a value known at trace
+    time (everything but a tracer) must also lie in
     [low, high] (open at a side with low_open / high_open; None: unbounded). NaN
     is outside every interval.
 
@@ -137,6 +139,12 @@ def check_scalar(
       ValueError: naming `name`, the expected interval and what was given
         (including a per-row array where one scalar is expected).
     """
+    dtype = getattr(value, "dtype", None)
+    numeric = isinstance(value, (numbers.Real, np.ndarray, np.generic, jax.Array)) and (
+        dtype is None or jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+        or jnp.issubdtype(dtype, jnp.bool_))
+    if not numeric:
+        raise ValueError(f"{name}: expected a real scalar, got {value!r}")
     shape = np.shape(value)
     if shape != ():
         raise ValueError(f"{name}: expected a scalar, got an array of shape {list(shape)}")

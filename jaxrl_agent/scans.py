@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxrl_agent.checks import check_choice, check_shape
+from jaxrl_agent.checks import check_choice, check_shape, static_value
 
 Array = jax.Array
 METHODS = ("serial", "associative", "chunked", "blocked")
@@ -327,6 +327,17 @@ def reverse_linear_recurrence(
 # The masked GAE trace (fused serial / chunked, two-pass associative).
 
 
+def _coefficient(x, dtype):
+    """A discount as a Python float when known at trace time, else a traced value of `dtype`.
+
+    Python floats keep the data's dtype (weak typing) and let "blocked" pick its
+    branch at trace time; a NumPy float64 or float64 array would promote float32
+    data to float64 under jax_enable_x64 (and break the scans' carry types).
+    """
+    value = static_value(x)
+    return value if value is not None else jnp.asarray(x, dtype)
+
+
 def _next_is_masked(m: Array) -> Array:
     """[B, T] bool: m_{t+1}, with a virtual masked position at T (the bootstrap)."""
     return jnp.concatenate([m[:, 1:], jnp.ones_like(m[:, :1])], axis=1)
@@ -358,15 +369,19 @@ def _gae_serial(r, v, m, init, gamma, gamma_lambda):
 
 
 def _centre_values(r, v, m, init, gamma):
-    """(r - c (1 - gamma) m, v - c, init - c) with c [B] the mean of each row's masked values.
+    """(r - c (1 - gamma) m, v - c, init - c), c [B] the value at each row's first masked position.
 
     GAE is exactly invariant under this shift (every delta_t = r_t + gamma v' - v_t
     is unchanged), while the rounding of "chunked" and "blocked", which carry
     values and traces in one sum, scales with |v|; so they run on centred values.
-    c is a constant under grad (the result does not depend on it).
+    c is read from v, not computed (a mean, recomputed by XLA in two fusions,
+    rounded differently in v - c and init - c), so both shifts use the same
+    float. Values off the mask are replaced by 0 first (they may be inf or NaN).
+    c is 0 for a row without masked positions, and a constant under grad.
     """
-    n = jnp.maximum(jnp.sum(m, axis=1), 1).astype(v.dtype)
-    c = lax.stop_gradient(jnp.sum(jnp.where(m, v, 0.0), axis=1) / n)
+    v = jnp.where(m, v, 0.0)
+    first = jnp.argmax(m, axis=1)  # the first True (0 if none: v is 0 there)
+    c = lax.stop_gradient(jnp.take_along_axis(v, first[:, None], axis=1)[:, 0])
     return r - jnp.where(m, (1.0 - gamma) * c[:, None], 0.0), v - c[:, None], init - c
 
 
@@ -442,9 +457,10 @@ def _gae_blocked_kernel(r, v, m, init, gamma, gamma_lambda):
     rounding of that subtraction is about k * eps * |v_t|; gamma_lambda >=
     BLOCKED_MIN_DECAY bounds k by 1 / BLOCKED_MIN_DECAY for gamma <= 1.
 
-    So that error scales with the spread of the values, not their offset, each
-    row runs on centred values (`_centre_values`). Without that, values ~1000
-    with lambda_ = 0.16 gave errors ~5e-3 on advantages of size ~0.1.
+    So that error scales with the spread of the values (the value after the end,
+    init, included: 0 for terminated rows), not their offset, each row runs on
+    centred values (`_centre_values`). Without that, values ~1000 with
+    lambda_ = 0.16 gave errors ~5e-3 on advantages of size ~0.1.
     Runs on row tiles (`_map_row_tiles`), the masking by m included, so no
     [B, T] intermediate is materialized. Returns the masked trace (0 off m).
     (Writing the returns from the tiles as well measured slower than the one
@@ -548,6 +564,7 @@ def masked_gae_trace_and_returns(
     check_choice("method", method, METHODS)
     dtype = jnp.promote_types(jnp.result_type(rewards, values, init), jnp.float32)
     r, v, init = (jnp.asarray(x, dtype) for x in (rewards, values, init))
+    gamma, gamma_lambda = _coefficient(gamma, dtype), _coefficient(gamma_lambda, dtype)
     m = jnp.asarray(mask).astype(bool)
     if dims["T"] == 0:
         return jnp.zeros(r.shape, dtype), jnp.zeros(r.shape, dtype)
@@ -585,6 +602,7 @@ def masked_discounted_returns(
     check_choice("method", method, METHODS)
     m = jnp.asarray(mask).astype(bool)
     dtype = jnp.promote_types(jnp.result_type(rewards, init), jnp.float32)
+    gamma = _coefficient(gamma, dtype)
     if method != "blocked" or dims["T"] == 0:
         return reverse_linear_recurrence(_pass_through_decays(m, gamma, dtype), rewards, init, method=method)
     r, init = (jnp.asarray(x, dtype) for x in (rewards, init))

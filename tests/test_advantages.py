@@ -3,6 +3,9 @@ serial == associative, jit/vmap/grad, compile counts, bad input."""
 
 import functools
 import inspect
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -394,6 +397,9 @@ def test_bad_input_raises_value_error_naming_argument():
         adv.grpo(jnp.zeros(4), jnp.zeros(4, jnp.int32), num_groups=1, eps=-1e-6)
     with pytest.raises(ValueError, match="^num_groups"):
         adv.grpo(jnp.zeros(4), jnp.zeros(4, jnp.int32), num_groups=True)
+    for bad in (None, "0.9", 0.5 + 0j):
+        with pytest.raises(ValueError, match="^gamma: expected a real scalar"):
+            adv.gae(r, r, m, gamma=bad, lambda_=0.9)
     # NumPy scalars and 0-d arrays are range-checked; one gamma per batch, not per row.
     with pytest.raises(ValueError, match=r"^gamma: expected a value in \[0, 1\]"):
         adv.discounted_returns(r, m, gamma=np.array(1.5))
@@ -452,6 +458,41 @@ def test_gae_precision_with_large_value_offsets(lambda_):
                                  method=method)
         assert np.max(np.abs(_np(a) - ref)) < 1e-5, method
         np.testing.assert_allclose(_np(ret), np.where(m, ref + v, 0.0), rtol=1e-6, atol=1e-3)
+    # The mask as a compile-time constant (XLA may duplicate the centring computation).
+    const = jax.jit(lambda r, v, b: adv.gae(r, v, m, gamma=1.0, lambda_=lambda_,
+                                            bootstrap_value=b)[0])
+    assert np.max(np.abs(_np(const(r, v, boot)) - ref)) < 1e-5
+
+
+def test_gamma_gradient_is_finite_with_non_finite_values_off_the_mask():
+    r = np.ones((2, 70), np.float32)
+    v = np.zeros((2, 70), np.float32)
+    v[:, -1] = np.inf
+    m = np.ones((2, 70), bool)
+    m[:, -1] = False
+    grads = {meth: float(jax.grad(lambda g, meth=meth: adv.gae(
+        r, v, m, gamma=g, lambda_=0.95, method=meth)[0].sum())(0.99)) for meth in METHODS}
+    for meth, g in grads.items():
+        np.testing.assert_allclose(g, grads["serial"], rtol=1e-4, err_msg=meth)
+
+
+def test_float64_discount_keeps_float32_data_under_x64():
+    """jax_enable_x64 with float32 data and a NumPy float64 gamma: float32 out, every method."""
+    code = (
+        "import jax; jax.config.update('jax_enable_x64', True)\n"
+        "import numpy as np, jax.numpy as jnp\n"
+        "from jaxrl_agent import advantages as A\n"
+        "r = np.ones((2, 70), np.float32); m = np.ones((2, 70), bool)\n"
+        "for g in (np.float64(0.99), np.array(0.99), jnp.array(0.99, jnp.float64)):\n"
+        "    for meth in A.METHODS:\n"
+        "        a, ret = A.gae(r, r * 0, m, gamma=g, lambda_=0.95, method=meth)\n"
+        "        d = A.discounted_returns(r, m, gamma=g, method=meth)\n"
+        "        assert a.dtype == ret.dtype == d.dtype == np.float32, (meth, a.dtype, d.dtype)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_associative_ignores_non_finite_values_off_the_mask():

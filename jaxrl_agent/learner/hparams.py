@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxrl_agent import losses
-from jaxrl_agent.checks import check_choice, check_positive
+from jaxrl_agent.checks import check_choice, check_positive, check_scalar
 from jaxrl_agent.learner.adaptive_kl import (
     KLController,
     adaptive_kl_controller,
@@ -114,6 +114,14 @@ class LearnerHParams:
         check_choice("policy_loss", self.policy_loss, tuple(losses.POLICY_LOSSES))
         losses.check_clips(self.clip_low, self.clip_high, self.dual_clip,
                            low_optional=self.policy_loss == "cispo")
+        if self.value_clip is not None:
+            check_scalar("value_clip", self.value_clip, low=0.0)
+        check_scalar("tis_cap", self.tis_cap, low=0.0, low_open=True)
+        check_scalar("mis_low", self.mis_low, low=0.0)
+        check_scalar("mis_high", self.mis_high, low=self.mis_low, low_open=True)
+        check_scalar("eps", self.eps, low=0.0)
+        for name in ("b1", "b2"):
+            check_scalar(name, getattr(self, name), low=0.0, high=1.0, high_open=True)
         check_choice("agg_mode", self.agg_mode, losses.AGG_MODES)
         check_choice("kl_kind", self.kl_kind, losses.KL_KINDS)
         check_choice("is_correction", self.is_correction, IS_CORRECTIONS)

@@ -16,7 +16,7 @@ wherever k3 > 10: log r > ~2.61 (pi_ref / pi > ~13.6) or log r < -11 (pi more
 than e^11 times pi_ref). Those are the tokens the penalty should pull on
 hardest; use 'k3+' (alias 'low_var_kl+') there: the value of k3 and the
 gradient of k2, whose gradient is the unbiased gradient of KL(pi || pi_ref)
-(verl's straight-through '+' variants), non-zero up to the log r clamp of 20.
+(verl's straight-through '+' variants); that gradient, -log r, is not clamped.
 
 Use `kl_penalty` for a per-token penalty in the reward, `kl_loss` as a loss
 term (GRPO, Shao et al. 2024, eq. 4, uses k3).
