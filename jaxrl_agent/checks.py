@@ -105,7 +105,8 @@ def check_static_int(name: str, value: Any, *, low: int = 1) -> int:
     For sizes that fix array shapes (num_groups, num_steps): they must be known
     at trace time.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low:
+    is_int = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    if not is_int or value < low:
         raise ValueError(f"{name}: expected a static int >= {low}, got {value!r}")
     return int(value)
 
@@ -159,5 +160,7 @@ def check_scalar(
     if not ok:
         lo = "-inf" if low is None else f"{low:g}"
         hi = "inf" if high is None else f"{high:g}"
-        interval = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
+        left = "(" if low_open or low is None else "["
+        right = ")" if high_open or high is None else "]"
+        interval = f"{left}{lo}, {hi}{right}"
         raise ValueError(f"{name}: expected a value in {interval}, got {value!r}")

@@ -250,8 +250,8 @@ def _map_row_tiles(fn, *args):
     args are [B, ...] arrays whose rows fn treats independently; fn returns
     [B, T]. R = max(1, ROW_TILE_ELEMENTS // T): a tile's intermediates (the
     [R, T] counts, scaled terms, matmul output of `_pass_through_blocked`) then
-    stay in cache (L2/L3), where each full [B, T] one cost a memory pass plus page faults
-    on a fresh buffer. A lax.fori_loop slices tile i at row min(i R, B - R) and
+    stay in cache (L2/L3), where each full [B, T] one cost a memory pass plus
+    page faults on a fresh buffer. A lax.fori_loop slices tile i at row min(i R, B - R) and
     writes its [R, T] result into the output in place; when R does not divide
     B, the last tile overlaps the one before (those rows are computed twice,
     identically). B <= R: one call, no loop. jit, vmap and grad go through the
@@ -604,7 +604,8 @@ def masked_discounted_returns(
     dtype = jnp.promote_types(jnp.result_type(rewards, init), jnp.float32)
     gamma = _coefficient(gamma, dtype)
     if method != "blocked" or dims["T"] == 0:
-        return reverse_linear_recurrence(_pass_through_decays(m, gamma, dtype), rewards, init, method=method)
+        a = _pass_through_decays(m, gamma, dtype)
+        return reverse_linear_recurrence(a, rewards, init, method=method)
     r, init = (jnp.asarray(x, dtype) for x in (rewards, init))
 
     def fallback(r, m, init, gamma):

@@ -136,8 +136,7 @@ class LearnerHParams:
         check_positive("temperature", self.temperature)
         check_positive("lr", self.lr)
         for name in ("gamma", "lambda_"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name}: expected a value in [0, 1], got {getattr(self, name)!r}")
+            check_scalar(name, getattr(self, name), low=0.0, high=1.0)
         if self.kl_in_reward and self.estimator in OUTCOME_ESTIMATORS:
             raise ValueError(
                 f"kl_in_reward: not defined for the outcome estimator {self.estimator!r}; "

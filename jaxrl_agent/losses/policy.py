@@ -68,7 +68,7 @@ def check_clips(clip_low: Any, clip_high: Any, dual_clip: Any = None, *,
 
 
 def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high,
-             *, low_optional=False):
+             *, dual_clip=None, low_optional=False):
     """Checks shapes, agg_mode and clips (`check_clips`); returns float arrays
     with off-mask entries zeroed."""
     dims = check_shape("logprobs", logprobs, ("B", "T"))
@@ -85,7 +85,7 @@ def _prepare(logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode
     old = jax.lax.stop_gradient(jnp.where(mask, as_float(old_logprobs), 0.0))
     adv = jax.lax.stop_gradient(jnp.where(mask, as_float(advantages), 0.0))
     check_agg_mode(agg_mode)
-    check_clips(clip_low, clip_high, low_optional=low_optional)
+    check_clips(clip_low, clip_high, dual_clip, low_optional=low_optional)
     return logp, old, adv, mask, weights
 
 
@@ -172,10 +172,9 @@ def ppo_policy_loss(
         above (or None), c <= 1, or a non-scalar clip.
     """
     logp, old, adv, mask, weights = _prepare(
-        logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high
+        logprobs, old_logprobs, advantages, loss_mask, is_weights, agg_mode, clip_low, clip_high,
+        dual_clip=dual_clip,
     )
-    if dual_clip is not None:  # clip_low / clip_high: checked in _prepare
-        check_scalar("dual_clip", dual_clip, low=1.0, low_open=True)
     log_ratio = jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = jnp.exp(log_ratio)
     unclipped = -adv * ratio
