@@ -47,7 +47,10 @@ setuptools.setup(
     # environments/ is installed as jaxrl_agent.environments so that no generic
     # top-level `environments` package lands in site-packages.
     package_dir={"jaxrl_agent.environments": "environments"},
-    package_data={"jaxrl_agent.environments": ["data/*", "data/**/*"]},
+    package_data={
+        "jaxrl_agent": ["csrc/*.cc"],  # compiled on first use of method="native" (jaxrl_agent.native)
+        "jaxrl_agent.environments": ["data/*", "data/**/*"],
+    },
     include_package_data=True,
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": TEST_REQUIRES},

@@ -3,16 +3,19 @@
 Compares, in one run and on the same arrays:
   - every jax method of `jaxrl_agent.scans.METHODS`: "serial" (lax.scan),
     "associative" (log-depth lax.associative_scan), "chunked" (two-level scan)
-    and "blocked" (closed form per block of positions, matmuls, no transpose);
+    "blocked" (closed form per block of positions, matmuls, no transpose)
+    and, on CPU, "native" (one C++ pass per row, an XLA FFI custom call,
+    jaxrl_agent.native; it replaced the plain C loop that earlier runs of this
+    benchmark timed as a reference point, bench/gae_loop.c until 2026-11-30);
   - a per-timestep Python loop over torch tensors, like verl's
     `compute_gae_advantage_return` (with its response_mask pass-through), and the
     same loop over NumPy arrays;
   - the memory-copy floor: a jitted elementwise op that reads every input once
     and writes both outputs once (same bytes as gae's unavoidable traffic);
-  - a reference point, not a competitor: the same recurrence as a plain C loop
-    (bench/gae_loop.c, compiled here with `cc -O3 -march=native -fopenmp`, rows
-    over all cores), i.e. what compiled serial code does on this machine.
-    Skipped, with the reason printed, when no C compiler is found.
+
+The copy floor and the jax methods are timed in --rounds
+interleaved rounds of --repeats calls each (medians over all rounds), so that
+a burst of load on a shared host does not land on one of them only.
 
 step_gae runs at S = T / --tokens-per-step turns and at S = T (the issue's
 literal reading: step_gae on as many steps as gae has tokens).
@@ -27,13 +30,11 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 
 
@@ -43,14 +44,17 @@ def parse_args():
     p.add_argument("--batch", type=int, nargs="+", default=[64, 256], help="B values")
     p.add_argument("--tokens", type=int, nargs="+", default=[4096, 32768], help="T values")
     p.add_argument("--tokens-per-step", type=int, default=64, help="step_gae uses S = T / this (and S = T)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats for jax (median)")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per round (jax)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds: each round times the copy floor and every jax method "
+                        "in turn; each is reported as the median of all its rounds' "
+                        "calls, so that load on a shared host hits all of them alike")
     p.add_argument("--loop-max-elements", type=int, default=10_000_000,
                    help="Python loops run once (not repeated) above this many B*T elements")
     p.add_argument("--markdown", default="", help="also write the table to this markdown file")
     p.add_argument("--row-tile-elements", type=int, default=0,
                    help="override jaxrl_agent.scans.ROW_TILE_ELEMENTS (the row-tile size of "
                         "method blocked) to tune it on this hardware; 0 keeps the default")
-    p.add_argument("--no-c-loop", action="store_true", help="skip the compiled C loop reference")
     p.add_argument("--flush-mib", type=int, default=0,
                    help="before every timed jax call (methods and copy floor), write a buffer of this "
                         "many MiB to evict the caches (cold-cache timing; 0: warm, the default)")
@@ -66,12 +70,14 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from jaxrl_agent import advantages, scans  # noqa: E402
+from jaxrl_agent import advantages, native, scans  # noqa: E402
 
 if ARGS.row_tile_elements:
     scans.ROW_TILE_ELEMENTS = ARGS.row_tile_elements
 
 GAMMA, LAMBDA = 0.99, 0.95
+# "native" is a CPU kernel (jaxrl_agent.native): timed on CPU only.
+METHODS = [m for m in advantages.METHODS if m != "native" or jax.default_backend() == "cpu"]
 
 
 def _loop_gae(rewards, values, maskf, zeros, adv, gamma, lam):
@@ -120,44 +126,20 @@ def flush_caches():
         np.add(_FLUSH_BUFFER, 1.0, out=_FLUSH_BUFFER)
 
 
-def time_fn(fn, args, repeats):
-    out = fn(*args)
-    jax.block_until_ready(out)  # compile + warm up
+def time_calls(fn, args, repeats):
+    """Seconds of `repeats` calls of fn(*args) (each waited for), after one warm-up call."""
+    jax.block_until_ready(fn(*args))  # compile + warm up
     times = []
     for _ in range(repeats):
         flush_caches()
         t0 = time.perf_counter()
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def build_c_loop():
-    """Compiles bench/gae_loop.c; returns (ctypes function, command) or (None, why)."""
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gae_loop.c")
-    lib_path = os.path.join(tempfile.mkdtemp(prefix="jaxrl_bench_"), "libgae_loop.so")
-    cmd = [os.environ.get("CC", "cc"), "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
-           src, "-o", lib_path]
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        return None, f"{' '.join(cmd)} failed: {getattr(e, 'stderr', '') or e}".strip()
-    fn = ctypes.CDLL(lib_path).gae_rows
-    ptr, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-    fn.argtypes = [ptr] * 6 + [i64, i64, f32, f32]
-    fn.restype = None
-    return fn, " ".join(cmd)
-
-
-def c_loop_gae(fn, rewards, values, mask_u8, init, gamma, lam):
-    """(advantages, returns) from the C loop, into fresh arrays as the jax functions return."""
-    adv, ret = np.empty_like(rewards), np.empty_like(rewards)
-    fn(*(x.ctypes.data for x in (rewards, values, mask_u8, init, adv, ret)),
-       rewards.shape[0], rewards.shape[1], gamma, gamma * lam)
-    return adv, ret
+    return times
 
 
 def time_loop(fn, args, repeats):
+    """Median seconds of `repeats` calls (no warm-up: the Python loops have nothing to compile)."""
     times = []
     for _ in range(repeats):
         flush_caches()
@@ -179,32 +161,38 @@ def bench_case(kind, b, t, rng, rows):
     r, v, m = make_inputs(rng, b, t)
     dev = [jax.device_put(x) for x in (r, v, m)]
     est = advantages.gae if kind == "gae" else advantages.step_gae
-    floor = time_fn(copy_floor, dev, ARGS.repeats)
-    results = {}
-    for method in advantages.METHODS:
+    timed = {"copy floor": (copy_floor, dev)}
+    for method in METHODS:
         f = jax.jit(lambda r, v, m, method=method: est(r, v, m, gamma=GAMMA, lambda_=LAMBDA,
                                                          method=method))
-        results[f"jax {method}"] = time_fn(f, dev, ARGS.repeats)
+        timed[f"jax {method}"] = (f, dev)
+    samples = {name: [] for name in timed}
+    for _ in range(ARGS.rounds):
+        for name, (fn, args) in timed.items():
+            samples[name] += time_calls(fn, args, ARGS.repeats)
+    floor = float(np.median(samples.pop("copy floor")))
+    results = {name: float(np.median(times)) for name, times in samples.items()}
     loop_reps = 1 if n > ARGS.loop_max_elements else 3
     tr, tv, tm = (torch.from_numpy(x) for x in (r, v, m))
     results["torch loop"] = time_loop(torch_loop_gae, (tr, tv, tm, GAMMA, LAMBDA), loop_reps)
     results["numpy loop"] = time_loop(numpy_loop_gae, (r, v, m, GAMMA, LAMBDA), loop_reps)
-    # Check agreement once (float32 loops vs jax).
+    # Check every timed implementation once against the float32 NumPy loop (advantages).
     ref = numpy_loop_gae(r, v, m, GAMMA, LAMBDA)[0]
-    got = np.asarray(jax.jit(lambda *a: est(*a, gamma=GAMMA, lambda_=LAMBDA)[0])(*dev))
-    err = float(np.max(np.abs(ref - got)) / max(np.max(np.abs(ref)), 1e-12))
-    if C_LOOP is not None:
-        c_args = (C_LOOP, r, v, m.view(np.uint8), np.zeros(b, np.float32), GAMMA, LAMBDA)
-        c_loop_gae(*c_args)  # warm up (OpenMP threads)
-        results["c loop (reference)"] = time_loop(c_loop_gae, c_args, ARGS.repeats)
-        c_err = np.max(np.abs(ref - c_loop_gae(*c_args)[0])) / max(np.max(np.abs(ref)), 1e-12)
-        err = max(err, float(c_err))
+    scale = max(float(np.max(np.abs(ref))), 1e-12)
+    err = max(float(np.max(np.abs(ref - np.asarray(fn(*args)[0])))) / scale
+              for name, (fn, args) in timed.items() if name != "copy floor")
     nbytes = n * (4 + 4 + 1 + 4 + 4)
     for name, sec in results.items():
         rows.append(dict(kind=kind, B=b, T=t, impl=name, sec=sec, rate=n / sec,
                          vs_loop=results["torch loop"] / sec, vs_floor=sec / floor, err=err))
     rows.append(dict(kind=kind, B=b, T=t, impl=f"copy floor ({nbytes / 2**20:.1f} MiB)", sec=floor,
                      rate=n / floor, vs_loop=results["torch loop"] / floor, vs_floor=1.0, err=0.0))
+
+
+def native_info():
+    if "native" not in METHODS:
+        return "not timed (CPU only)"
+    return f"{native.ensure_registered()} ({native.threads()} OpenMP threads)"
 
 
 def table(rows):
@@ -228,12 +216,9 @@ def hardware():
     return f"{model}, {os.cpu_count()} cores visible; jax devices: {jax.devices()}"
 
 
-C_LOOP, C_LOOP_COMMAND = (None, "skipped (--no-c-loop)") if ARGS.no_c_loop else build_c_loop()
 
 
 def main():
-    if C_LOOP is None:
-        print(f"c loop: {C_LOOP_COMMAND}", flush=True)
     rng = np.random.default_rng(0)
     rows = []
     t_start = time.perf_counter()
@@ -249,8 +234,9 @@ def main():
             f"numpy {np.__version__}\nhardware: {hardware()}\n"
             f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}\n"
             f"caches: {f'cold (--flush-mib {ARGS.flush_mib})' if ARGS.flush_mib else 'warm'}; "
+            f"{ARGS.rounds} interleaved rounds of {ARGS.repeats} calls; "
             f"blocked row tile: {scans.ROW_TILE_ELEMENTS} elements\n"
-            f"c loop: {C_LOOP_COMMAND}\n"
+            f"native kernel: {native_info()}\n"
             f"total time: {time.perf_counter() - t_start:.0f} s; max relative error vs NumPy loop: "
             f"{max(r['err'] for r in rows):.2g}")
     print(meta)

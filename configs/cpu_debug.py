@@ -73,6 +73,7 @@ def get_config() -> config_dict.ConfigDict:
     c.learner.num_minibatches = 2  # optimizer updates per epoch
     c.learner.gamma = 1.0  # discount (gae / step_gae / reinforce_pp)
     c.learner.lambda_ = 1.0  # GAE lambda
+    c.learner.advantage_method = "blocked"  # blocked (pure JAX) | native (C++ CPU kernel) | chunked | ...
     c.learner.is_correction = "tis"  # None | "tis" | "mis": rollout/learner mismatch correction
 
     c.mesh = config_dict.ConfigDict()

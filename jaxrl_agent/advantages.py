@@ -26,10 +26,14 @@ The recurrences x_t = a_t x_{t+1} + b_t behind GAE and returns are solved by
 `jaxrl_agent.scans`: `method="serial"` (lax.scan, depth T), `"associative"`
 (lax.associative_scan, depth O(log T)), `"chunked"` (two-level scan) or
 `"blocked"` (closed form per block of positions, matmuls, no transpose; falls
-back to "chunked" for gamma * lambda_ < scans.BLOCKED_MIN_DECAY); all agree to
-float32 rounding. Defaults follow the CPU benchmark (docs/benchmarks.md):
-"blocked" over tokens and turns (2-4x faster than "chunked" at T = 4096-32768;
-at S = 64-512 as fast as or faster than "serial").
+back to "chunked" for gamma * lambda_ < scans.BLOCKED_MIN_DECAY) or, on CPU,
+`"native"` (one C++ pass per row, an XLA FFI custom call compiled on first use:
+`jaxrl_agent.native`); all agree to float32 rounding. The default is the
+fastest pure-JAX method on CPU (docs/benchmarks.md): "blocked" over tokens and
+turns (2-4x faster than "chunked" at T = 4096-32768; at S = 64-512 as fast as
+or faster than "serial"); it runs unchanged on GPU/TPU and under any sharding.
+On CPU, "native" is faster still (within ~1-2x of the memory-copy floor where
+"blocked" is at 2-7x) but needs a C++17 compiler at first use.
 
 Standard-deviation convention: all group and whitening statistics use the
 unbiased estimator (ddof=1, Bessel's correction), as `torch.std` does by default
@@ -157,8 +161,9 @@ def gae(
       truncated: optional [B] bool; None with bootstrap_value bootstraps every
         row. Requires bootstrap_value.
       method: "blocked" (closed form per block, the default), "chunked"
-        (two-level lax.scan), "serial" (lax.scan) or "associative"
-        (lax.associative_scan); see `jaxrl_agent.scans`.
+        (two-level lax.scan), "serial" (lax.scan), "associative"
+        (lax.associative_scan), or "native" (CPU only: a C++ XLA FFI kernel,
+        the fastest there; `jaxrl_agent.native`); see `jaxrl_agent.scans`.
 
     Returns:
       (advantages, returns), both [B, T] float32 (float64 for float64 input),
@@ -167,7 +172,10 @@ def gae(
     Raises:
       ValueError: on shapes other than the above (naming the argument), gamma or
         lambda_ not a scalar or (when known at trace time) outside [0, 1], an
-        unknown method, or truncated without bootstrap_value.
+        unknown method, truncated without bootstrap_value, or "native" off the
+        CPU backend.
+      RuntimeError: "native" when its kernel cannot be compiled (no C++17
+        compiler; the message says why).
     """
     return _gae(("rewards", "values", "loss_mask"), rewards, values, loss_mask,
                 gamma, lambda_, bootstrap_value, truncated, method)

@@ -26,7 +26,13 @@ rounding (relative 1e-5, tests/test_scans.py):
   the general a of `reverse_linear_recurrence`. Runs on tiles of rows
   (`_map_row_tiles`, about ROW_TILE_ELEMENTS elements each) so that its
   intermediates stay cache-sized. Fastest on CPU at every size we measured
-  (docs/benchmarks.md): 2-4x "chunked" for token-level GAE.
+  (docs/benchmarks.md) among the pure-JAX methods: 2-4x "chunked" for
+  token-level GAE.
+- "native" (CPU only): the masked GAE trace and returns as one C++ pass per
+  row, an XLA FFI custom call compiled on first use (`jaxrl_agent.native`,
+  jaxrl_agent/csrc/gae_cpu.cc); "serial"'s arithmetic, rows over XLA's
+  intra-op threads. The fastest CPU method; for the general a of
+  `reverse_linear_recurrence` it runs "chunked".
 
 `reverse_linear_recurrence` is the general solver. `masked_gae_trace` is the
 masked GAE trace of `jaxrl_agent.advantages` as one fused pass: it couples the
@@ -48,10 +54,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxrl_agent import native
 from jaxrl_agent.checks import check_choice, check_shape, static_value
 
 Array = jax.Array
-METHODS = ("serial", "associative", "chunked", "blocked")
+METHODS = ("serial", "associative", "chunked", "blocked", "native")
 DEFAULT_METHOD = "blocked"  # fastest on CPU at every gae size, see docs/benchmarks.md
 SERIAL_UNROLL = 8  # serial scan unroll (CPU timing); see docs/benchmarks.md
 BLOCK = 64  # positions per block of "blocked" (CPU timing); see docs/benchmarks.md
@@ -151,7 +158,7 @@ def _chunked(a: Array, b: Array, init: Array) -> Array:
 
 
 _SOLVERS = {"serial": _serial, "associative": _associative, "chunked": _chunked,
-            "blocked": _chunked}  # general a: see `reverse_linear_recurrence`
+            "blocked": _chunked, "native": _chunked}  # general a: see `reverse_linear_recurrence`
 
 
 # ----------------------------------------------------------------------------
@@ -300,10 +307,11 @@ def reverse_linear_recurrence(
       a: [B, T] float, multiplier of x_{t+1} (e.g. a discount, 0 resets).
       b: [B, T] float, additive term (e.g. a reward or TD error).
       init: [B] float, x_T (the state after the last position).
-      method: "serial", "associative", "chunked" or "blocked" (see module
-        docstring); all agree to float32 rounding. "blocked" needs decays of
-        the form a_t in {base, 1} (`masked_discounted_returns`,
-        `masked_gae_trace`); for the general a here it runs "chunked".
+      method: "serial", "associative", "chunked", "blocked" or "native" (see
+        module docstring); all agree to float32 rounding. "blocked" and
+        "native" need decays of the form a_t in {base, 1}
+        (`masked_discounted_returns`, `masked_gae_trace`); for the general a
+        here they run "chunked".
 
     Returns:
       x: [B, T], dtype of a * b * init promoted to at least float32.
@@ -547,15 +555,18 @@ def masked_gae_trace_and_returns(
       init: [B] float, the value after the last position (0 when terminal).
       gamma: discount in [0, 1]. gamma_lambda: gamma * lambda_ in [0, 1]
         (scalars or traced).
-      method: "serial", "associative", "chunked" or "blocked".
+      method: "serial", "associative", "chunked", "blocked" or "native"
+        (CPU only: `jaxrl_agent.native`).
 
     Returns:
       (x, x + values): [B, T] float each, the trace (the GAE advantages) and
       the lambda-returns where mask is true, 0 elsewhere.
 
     Raises:
-      ValueError: on shapes other than the above (naming the argument) or an
-        unknown method.
+      ValueError: on shapes other than the above (naming the argument), an
+        unknown method, or "native" off the CPU backend.
+      RuntimeError: "native" when its kernel cannot be compiled here
+        (`jaxrl_agent.native.ensure_registered`).
     """
     dims = check_shape("rewards", rewards, ("B", "T"))
     check_shape("values", values, ("B", "T"), dims)
@@ -570,6 +581,8 @@ def masked_gae_trace_and_returns(
         return jnp.zeros(r.shape, dtype), jnp.zeros(r.shape, dtype)
     if method == "blocked":  # masks inside its row tiles (no extra [B, T] pass)
         return _gae_blocked(r, v, m, init, gamma, gamma_lambda)
+    if method == "native":  # one C++ pass per row, masks as it writes
+        return native.gae_trace_and_returns(r, v, m, init, gamma, gamma_lambda)
     return _with_returns(m, v, _GAE_SOLVERS[method](r, v, m, init, gamma, gamma_lambda))
 
 
@@ -588,7 +601,9 @@ def masked_discounted_returns(
       rewards: [B, T] float. mask: [B, T] bool. init: [B] float bootstrap value.
       gamma: discount in [0, 1] (scalar or traced). method: as in
         `reverse_linear_recurrence`; "blocked" runs the closed form
-        (`_pass_through_blocked`) when gamma >= BLOCKED_MIN_DECAY, else "chunked".
+        (`_pass_through_blocked`) when gamma >= BLOCKED_MIN_DECAY, else
+        "chunked"; "native" runs the native GAE kernel with values 0 and
+        lambda_ = 1 (0 where mask is false).
 
     Returns:
       [B, T] float (read it where mask is true).
@@ -603,6 +618,9 @@ def masked_discounted_returns(
     m = jnp.asarray(mask).astype(bool)
     dtype = jnp.promote_types(jnp.result_type(rewards, init), jnp.float32)
     gamma = _coefficient(gamma, dtype)
+    if method == "native" and dims["T"] > 0:
+        r, init = (jnp.asarray(x, dtype) for x in (rewards, init))
+        return native.gae_trace_and_returns(r, jnp.zeros_like(r), m, init, gamma, gamma)[0]
     if method != "blocked" or dims["T"] == 0:
         a = _pass_through_decays(m, gamma, dtype)
         return reverse_linear_recurrence(a, rewards, init, method=method)

@@ -149,6 +149,23 @@ def test_compute_advantages_matches_estimators(critic_state):
         prepare.compute_advantages(state, batch, config=CFG, hp=hp.replace(kl_coef=0.1))
 
 
+def test_compute_advantages_with_the_native_method(critic_state):
+    """advantage_method="native" (CPU kernel) gives the default method's advantages and returns."""
+    batch, state = make_batch(), critic_state
+    outs = {}
+    for estimator in ("gae", "step_gae", "reinforce_pp"):
+        for method in ("blocked", "native"):
+            hp = LearnerHParams(estimator=estimator, gamma=0.95, lambda_=0.9, advantage_method=method)
+            outs[estimator, method] = jax.jit(
+                lambda s, b, hp=hp: prepare.compute_advantages(s, b, config=CFG, hp=hp))(state, batch)
+        blocked, native = outs[estimator, "blocked"], outs[estimator, "native"]
+        np.testing.assert_allclose(native.advantages, blocked.advantages, atol=2e-5)
+        if estimator != "reinforce_pp":
+            np.testing.assert_allclose(native.returns, blocked.returns, atol=2e-5)
+    with pytest.raises(ValueError, match="advantage_method.*native"):
+        LearnerHParams(advantage_method="nativ")
+
+
 def test_helpers_by_hand():
     b = make_batch(b=2, t=16)
     b = b._replace(step_rewards=np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxrl_agent import losses
+from jaxrl_agent import losses, scans
 from jaxrl_agent.checks import check_choice, check_positive, check_scalar
 from jaxrl_agent.learner.adaptive_kl import (
     KLController,
@@ -31,6 +31,10 @@ class LearnerHParams:
       estimator: advantage estimator, one of ESTIMATORS; 'gae'/'step_gae'
         train a critic (TrainState.value_params).
       gamma, lambda_: discount and GAE lambda (gae, step_gae, reinforce_pp).
+      advantage_method: solver of those recurrences, one of scans.METHODS:
+        "blocked" (pure JAX, the default: any backend, any sharding) or, on
+        CPU, "native" (C++ kernel, fastest there; under a sharded jit XLA
+        gathers the rows first, see jaxrl_agent.native).
       whiten_advantages: whiten advantages over the batch's masked tokens
         (gae, step_gae; the other estimators normalize by construction).
       policy_loss: one of losses.POLICY_LOSSES ('ppo', 'gspo', 'cispo').
@@ -70,6 +74,7 @@ class LearnerHParams:
     estimator: str = "grpo"
     gamma: float = 1.0
     lambda_: float = 1.0
+    advantage_method: str = scans.DEFAULT_METHOD
     whiten_advantages: bool = False
     policy_loss: str = "ppo"
     clip_low: float | None = 0.2
@@ -111,6 +116,7 @@ class LearnerHParams:
 
     def __post_init__(self):
         check_choice("estimator", self.estimator, ESTIMATORS)
+        check_choice("advantage_method", self.advantage_method, scans.METHODS)
         check_choice("policy_loss", self.policy_loss, tuple(losses.POLICY_LOSSES))
         losses.check_clips(self.clip_low, self.clip_high, self.dual_clip,
                            low_optional=self.policy_loss == "cispo")

@@ -145,7 +145,8 @@ def compute_advantages(
             if kl_tokens is not None:
                 rewards = rewards - kl_tokens
             advantages, returns = adv_lib.gae(
-                rewards, old_values, mask, gamma=hp.gamma, lambda_=hp.lambda_, **boot
+                rewards, old_values, mask, gamma=hp.gamma, lambda_=hp.lambda_,
+                method=hp.advantage_method, **boot
             )
         else:
             s = batch.step_rewards.shape[1]
@@ -155,7 +156,8 @@ def compute_advantages(
                 step_rewards = step_rewards - jnp.sum(kl_tokens[:, :, None] * onehot, axis=1)
             step_values = adv_lib.step_values_from_token_values(old_values, batch.step_ids, mask, s)
             step_adv, step_ret = adv_lib.step_gae(
-                step_rewards, step_values, step_mask, gamma=hp.gamma, lambda_=hp.lambda_, **boot
+                step_rewards, step_values, step_mask, gamma=hp.gamma, lambda_=hp.lambda_,
+                method=hp.advantage_method, **boot
             )
             advantages = adv_lib.broadcast_step_advantages(step_adv, batch.step_ids, mask)
             returns = adv_lib.broadcast_step_advantages(step_ret, batch.step_ids, mask)
@@ -165,7 +167,7 @@ def compute_advantages(
         rewards = token_rewards_from_steps(batch)
         if kl_tokens is not None:
             rewards = rewards - kl_tokens
-        advantages = adv_lib.reinforce_pp(rewards, mask, gamma=hp.gamma)
+        advantages = adv_lib.reinforce_pp(rewards, mask, gamma=hp.gamma, method=hp.advantage_method)
     else:
         scores = jnp.sum(jnp.where(step_mask, batch.step_rewards, 0.0), axis=1)
         groups = _dense_group_ids(batch.group_ids)
