@@ -38,6 +38,7 @@ import importlib.metadata
 import os
 import pathlib
 import platform
+import shlex
 import subprocess
 import tempfile
 import threading
@@ -62,14 +63,15 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(base) / "jaxrl_agent"
 
 
-def _compiler() -> str:
-    return os.environ.get("CXX", "c++")
+def _compiler() -> list[str]:
+    """$CXX split as a shell would ("ccache g++" works), default ["c++"]."""
+    return shlex.split(os.environ.get("CXX", "")) or ["c++"]
 
 
 def library_path() -> pathlib.Path:
     """The cached library for this source, compiler, jaxlib and machine (may not exist yet)."""
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), _compiler().encode(), " ".join(CXX_FLAGS).encode(),
+    for part in (SOURCE.read_bytes(), " ".join(_compiler()).encode(), " ".join(CXX_FLAGS).encode(),
                  importlib.metadata.version("jaxlib").encode(), jax.__version__.encode(),
                  platform.machine().encode(), jax.ffi.include_dir().encode()):
         key.update(part + b"\0")
@@ -87,7 +89,7 @@ def _build(path: pathlib.Path) -> None:
     os.close(fd)
     try:
         for flags in (CXX_FLAGS + ("-fopenmp",), CXX_FLAGS):
-            cmd = [_compiler(), *flags, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+            cmd = [*_compiler(), *flags, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True)
             except OSError as e:
