@@ -3,9 +3,6 @@ serial == associative, jit/vmap/grad, compile counts, bad input."""
 
 import functools
 import inspect
-import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +11,7 @@ import pytest
 import rlax
 
 from jaxrl_agent import advantages as adv
+from subprocess_helpers import assert_prints_ok
 
 METHODS = adv.METHODS
 
@@ -490,9 +488,7 @@ def test_float64_discount_keeps_float32_data_under_x64():
         "        assert a.dtype == ret.dtype == d.dtype == np.float32, (meth, a.dtype, d.dtype)\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert_prints_ok(code)
 
 
 def test_associative_ignores_non_finite_values_off_the_mask():

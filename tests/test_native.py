@@ -8,8 +8,6 @@ cache and the errors.
 """
 
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxrl_agent import advantages as adv
 from jaxrl_agent import native, scans
+from subprocess_helpers import assert_prints_ok, run_python
 
 
 def _inputs(b, t, seed=0, density=0.7):
@@ -194,9 +193,7 @@ def test_native_float64_and_bfloat16():
         "assert np.max(np.abs(np.asarray(x) - np.asarray(s))) < 1e-12, np.max(np.abs(x - s))\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert_prints_ok(code)
 
 
 def test_native_build_is_cached_and_atomic(tmp_path, monkeypatch):
@@ -204,15 +201,13 @@ def test_native_build_is_cached_and_atomic(tmp_path, monkeypatch):
     monkeypatch.setenv("JAXRL_AGENT_CACHE_DIR", str(tmp_path))
     code = ("from jaxrl_agent import native; ok, path = native.available(); assert ok, path; "
             "print(path)")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAXRL_AGENT_CACHE_DIR": str(tmp_path)}
-    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=300, env=env)
+    env = {"JAXRL_AGENT_CACHE_DIR": str(tmp_path)}
+    first = run_python(code, env)
     assert first.returncode == 0, first.stderr[-2000:]
     path = first.stdout.strip()
     assert os.path.dirname(path) == str(tmp_path) and os.path.exists(path)
     mtime = os.stat(path).st_mtime_ns
-    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300, env=env)
+    second = run_python(code, env)
     assert second.returncode == 0 and second.stdout.strip() == path
     assert os.stat(path).st_mtime_ns == mtime  # reused, not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(path)]
