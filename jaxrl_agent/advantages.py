@@ -150,8 +150,12 @@ def gae(
 
     Args:
       rewards: [B, T] float, reward r_t per token (e.g. the outcome on the last
-        action token, minus a per-token KL penalty).
-      values: [B, T] float, critic values v_t.
+        action token, minus a per-token KL penalty); finite everywhere, the
+        prompt and padding included (a non-finite reward before the first
+        masked token is dropped by "serial" but reaches the sums of the other
+        methods and the gamma gradient of "native").
+      values: [B, T] float, critic values v_t; may be inf/NaN where loss_mask
+        is false (never read there).
       loss_mask: [B, T] bool (or 0/1), true on policy-generated tokens.
       gamma: discount, a scalar in [0, 1] (per masked step; one for the batch,
         a Python number or a traced 0-d array).

@@ -48,7 +48,9 @@ import jax.numpy as jnp
 import numpy as np
 
 SOURCE = pathlib.Path(__file__).parent / "csrc" / "gae_cpu.cc"
-CXX_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC")  # + "-fopenmp" when the compiler has it
+# -ffp-contract=off: no fused multiply-adds, so the 4-lane and one-row paths (and every
+# architecture) round the same way. "-fopenmp" is added when the compiler has it.
+CXX_FLAGS = ("-O3", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC")
 _TARGETS = {np.dtype(np.float32): ("jaxrl_agent_gae_f32", "JaxrlAgentGaeF32"),
             np.dtype(np.float64): ("jaxrl_agent_gae_f64", "JaxrlAgentGaeF64")}
 _LOCK = threading.Lock()
@@ -64,8 +66,16 @@ def cache_dir() -> pathlib.Path:
 
 
 def _compiler() -> list[str]:
-    """$CXX split as a shell would ("ccache g++" works), default ["c++"]."""
-    return shlex.split(os.environ.get("CXX", "")) or ["c++"]
+    """$CXX split as a shell would ("ccache g++" works), default ["c++"].
+
+    Raises:
+      RuntimeError: when $CXX is not a valid command line.
+    """
+    try:
+        return shlex.split(os.environ.get("CXX", "")) or ["c++"]
+    except ValueError as e:
+        raise RuntimeError(f"method='native': $CXX={os.environ['CXX']!r} is not a valid command "
+                           f"line ({e})") from None
 
 
 def library_path() -> pathlib.Path:
@@ -78,15 +88,55 @@ def library_path() -> pathlib.Path:
     return cache_dir() / f"gae_cpu-{key.hexdigest()[:20]}.so"
 
 
-def _build(path: pathlib.Path) -> None:
-    """Compiles SOURCE into `path` (atomically): with OpenMP if the compiler has it, else without.
+def _digest(path) -> str:
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+def _stamp(path: pathlib.Path) -> pathlib.Path:
+    """The checksum file beside a cached library, written after the library is in place."""
+    return path.with_suffix(".sha256")
+
+
+def _load_cached(path: pathlib.Path):
+    """The cached library when it exists and matches its checksum stamp, else None.
+
+    The check keeps a truncated or foreign file (a copied cache, a crash on a
+    network file system) away from dlopen, where it could crash the process.
+    """
+    try:
+        if _stamp(path).read_text().strip() != _digest(path):
+            return None
+        return ctypes.CDLL(str(path))
+    except OSError:
+        return None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _build(path: pathlib.Path):
+    """Compiles SOURCE, checks that the result loads, and puts it in place; returns the library.
+
+    Tries -fopenmp first, then without OpenMP (a compiler without it, or a
+    library that does not load). The file is compiled under a temporary name,
+    made readable for the cache's other users (mode 0o777 & ~umask), renamed
+    into place, then stamped with its checksum (`_load_cached`).
 
     Raises:
-      RuntimeError: naming the compiler command and the end of its output.
+      RuntimeError: naming the compiler command and the end of its output, a
+        missing compiler, or an unwritable cache directory.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp.so", dir=path.parent)
-    os.close(fd)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp.so", dir=path.parent)
+        os.close(fd)
+    except OSError as e:
+        raise RuntimeError(f"method='native': cannot write the kernel cache {path.parent} ({e}); "
+                           "set $JAXRL_AGENT_CACHE_DIR to a writable directory") from None
+    failures = []
     try:
         for flags in (CXX_FLAGS + ("-fopenmp",), CXX_FLAGS):
             cmd = [*_compiler(), *flags, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
@@ -95,15 +145,29 @@ def _build(path: pathlib.Path) -> None:
             except OSError as e:
                 raise RuntimeError(f"method='native' needs a C++17 compiler: running {cmd[0]!r} "
                                    f"failed ({e}); install g++ or clang++, or set $CXX") from None
-            if proc.returncode == 0:
-                os.replace(tmp, path)
-                return
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-20:])
-        raise RuntimeError(f"method='native': compiling {SOURCE.name} failed "
-                           f"(exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-20:])
+                failures.append(f"compiling {SOURCE.name} failed (exit {proc.returncode}): "
+                                f"{' '.join(cmd)}\n{tail}")
+                continue
+            os.chmod(tmp, 0o777 & ~_umask())
+            try:
+                lib = ctypes.CDLL(tmp)
+            except OSError as e:
+                failures.append(f"{' '.join(cmd)} built a library that does not load ({e}); "
+                                "is $CXX a C++ compiler?")
+                continue
+            digest = _digest(tmp)
+            os.replace(tmp, path)
+            stamp_tmp = f"{tmp}.sha256"
+            pathlib.Path(stamp_tmp).write_text(digest + "\n")
+            os.replace(stamp_tmp, _stamp(path))
+            return lib
+        raise RuntimeError(f"method='native': {failures[-1]}")
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for leftover in (tmp, f"{tmp}.sha256"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
 
 
 def ensure_registered() -> pathlib.Path:
@@ -111,8 +175,9 @@ def ensure_registered() -> pathlib.Path:
 
     Raises:
       RuntimeError: when the kernel cannot be compiled or loaded (no C++17
-        compiler, unwritable cache directory), with the reason; the failure is
-        remembered, so later calls raise at once instead of recompiling.
+        compiler, an invalid $CXX, an unwritable cache directory), with the
+        reason; the failure is remembered, so later calls raise at once instead
+        of recompiling.
     """
     with _LOCK:
         if "library" in _STATE:
@@ -121,15 +186,14 @@ def ensure_registered() -> pathlib.Path:
             raise RuntimeError(_STATE["error"])
         try:
             path = library_path()
-            if not path.exists():
-                _build(path)
-            lib = ctypes.CDLL(str(path))
+            lib = _load_cached(path) or _build(path)
             for target, symbol in _TARGETS.values():
                 jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
                                             platform="cpu")
-        except (RuntimeError, OSError) as e:
-            _STATE["error"] = str(e)
-            raise RuntimeError(str(e)) from None
+        except (RuntimeError, OSError, AttributeError) as e:
+            message = str(e) if str(e).startswith("method='native'") else f"method='native': {e}"
+            _STATE["error"] = message
+            raise RuntimeError(message) from None
         _STATE["library"] = path
         _STATE["threads"] = int(lib.JaxrlAgentGaeThreads())
         return path
@@ -162,11 +226,16 @@ def check_platform() -> None:
 
 
 def _ffi_gae(r, v, m, init, gamma, gamma_lambda):
+    from jaxrl_agent.scans import _vary_like  # (import cycle)
+
     target = _TARGETS[np.dtype(r.dtype)][0]
     out = jax.ShapeDtypeStruct(r.shape, r.dtype)
     per_row = [jnp.broadcast_to(jnp.asarray(x, r.dtype), init.shape) for x in (gamma, gamma_lambda)]
-    return tuple(jax.ffi.ffi_call(target, (out, out), vmap_method="broadcast_all")(
-        r, v, m, init, *per_row))
+    results = jax.ffi.ffi_call(target, (out, out), vmap_method="broadcast_all")(
+        r, v, m, init, *per_row)
+    # Inside jax.shard_map the custom call's results are not typed as varying; the
+    # tangent (from the pure-JAX reference) is, and custom_jvp needs them to agree.
+    return tuple(_vary_like(x, r, v, m, init, *per_row) for x in results)
 
 
 @jax.custom_jvp

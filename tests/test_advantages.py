@@ -512,3 +512,24 @@ def test_float_group_ids_are_rejected():
     """Group ids are integers; 0.5 must not be silently truncated into group 0."""
     with pytest.raises(ValueError, match="group_ids: expected an integer dtype"):
         adv.grpo(jnp.array([1.0, 0.0]), jnp.array([0.5, 1.0]), num_groups=2)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_inside_shard_map(method):
+    """Inside jax.shard_map (rows over the 8 fake devices) every method runs, with its
+    gradient, and gives the unsharded result: loop carries follow the data's varying axes."""
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+    rng = np.random.default_rng(11)
+    r, v = (jnp.asarray(rng.normal(size=(16, 70)), jnp.float32) for _ in range(2))
+    m = jnp.asarray(rng.random((16, 70)) < 0.7)
+
+    def f(r, v, m):
+        a, ret = adv.gae(r, v, m, gamma=0.99, lambda_=0.95, method=method)
+        g = jax.grad(lambda v2: adv.gae(r, v2, m, gamma=0.99, lambda_=0.95, method=method)[0].sum())(v)
+        return a, ret, g, adv.discounted_returns(r, m, gamma=0.9, method=method)
+
+    sharded = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("data"), out_specs=P("data")))(r, v, m)
+    for got, want in zip(sharded, jax.jit(f)(r, v, m)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)

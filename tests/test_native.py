@@ -58,8 +58,8 @@ def test_native_matches_numpy_loop(shape):
     assert not np.any(np.asarray(x)[~m]) and not np.any(np.asarray(ret)[~m])
 
 
-def test_native_equals_serial_bitwise_close_and_is_deterministic():
-    """Same arithmetic order as "serial"; two calls (threads in another order) give identical bits."""
+def test_native_close_to_serial_and_deterministic():
+    """Equal to "serial" within rounding; two calls (threads in another order) give identical bits."""
     r, v, m, init = _inputs(64, 1024, seed=1)
     f = jax.jit(lambda *a: scans.masked_gae_trace_and_returns(
         *a, gamma=0.97, gamma_lambda=0.9, method="native"))
@@ -74,7 +74,8 @@ def test_native_equals_serial_bitwise_close_and_is_deterministic():
 
 def test_native_four_row_lanes_equal_single_rows_bitwise():
     """float32 runs rows in groups of 4 vector lanes; a row alone (B=1) runs the scalar loop:
-    same arithmetic in the same order, so the bits agree, whatever the row's lane and T % 4."""
+    same operations in the same order (built with -ffp-contract=off), so the bits agree,
+    whatever the row's lane and T % 4."""
     r, v, m, init = _inputs(6, 1031, seed=9)
     f = jax.jit(lambda *a: scans.masked_gae_trace_and_returns(
         *a, gamma=0.995, gamma_lambda=0.93, method="native"))
@@ -210,7 +211,17 @@ def test_native_build_is_cached_and_atomic(tmp_path, monkeypatch):
     second = run_python(code, env)
     assert second.returncode == 0 and second.stdout.strip() == path
     assert os.stat(path).st_mtime_ns == mtime  # reused, not rebuilt
-    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(path)]
+    stem = os.path.basename(path)[:-len(".so")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [stem + ".sha256", stem + ".so"]
+    # readable by the cache's other users as the umask allows (not mkstemp's 0o600)
+    assert os.stat(path).st_mode & 0o777 == 0o777 & ~native._umask()
+    # A truncated library (a copied cache, a crash on a network file system) fails its
+    # checksum and is rebuilt instead of reaching dlopen.
+    with open(path, "r+b") as f:
+        f.truncate(5000)
+    third = run_python(code, env)
+    assert third.returncode == 0 and third.stdout.strip() == path, third.stderr[-2000:]
+    assert os.path.getsize(path) > 5000
 
 
 def test_native_without_a_compiler_is_a_clear_error(tmp_path, monkeypatch):
@@ -236,6 +247,34 @@ def test_native_compile_error_names_the_command(tmp_path, monkeypatch):
         native.ensure_registered()
     with pytest.raises(RuntimeError, match="exit 3"):  # remembered, not recompiled
         native.ensure_registered()
+
+
+def test_native_build_errors_name_the_cause(tmp_path, monkeypatch):
+    """A C compiler (builds, does not load), a malformed $CXX, an unwritable cache dir."""
+    cases = [
+        ({"CXX": "gcc"}, str(tmp_path / "c1"), "does not load.*C\\+\\+ compiler"),
+        ({"CXX": "g++ 'unclosed"}, str(tmp_path / "c2"), "\\$CXX=.*not a valid command line"),
+        ({}, str(tmp_path / "a-file" / "cache"), "cannot write the kernel cache"),
+    ]
+    (tmp_path / "a-file").write_text("not a directory")
+    for env, cache, pattern in cases:
+        monkeypatch.setattr(native, "_STATE", {})
+        monkeypatch.setenv("JAXRL_AGENT_CACHE_DIR", cache)
+        monkeypatch.delenv("CXX", raising=False)
+        for k, val in env.items():
+            monkeypatch.setenv(k, val)
+        with pytest.raises(RuntimeError, match=f"(?s)method='native'.*{pattern}"):
+            native.ensure_registered()
+
+
+def test_native_reads_any_nonzero_mask_byte_as_true():
+    """A bool array whose bytes are 2 (e.g. a uint8 view) is read as True, without undefined C++."""
+    r, v, m, init = _inputs(6, 33, seed=10)
+    m2 = (m.astype(np.uint8) * 2).view(bool)
+    f = jax.jit(lambda *a: scans.masked_gae_trace_and_returns(
+        *a, gamma=0.99, gamma_lambda=0.95, method="native"))
+    for got, want in zip(f(r, v, m2, init), f(r, v, m, init)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_native_off_cpu_is_a_clear_error(monkeypatch):

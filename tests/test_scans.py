@@ -248,3 +248,18 @@ def test_blocked_row_tiles(bsz, monkeypatch):
         r[None], v[None])
     for x, y in zip(g_blocked, g_serial):
         _close(x, y)
+
+
+def test_discounts_must_be_scalars():
+    r = np.zeros((2, 5), np.float32)
+    m = np.ones((2, 5), bool)
+    for method in scans.METHODS:
+        with pytest.raises(ValueError, match="gamma: expected a scalar"):
+            scans.masked_gae_trace_and_returns(r, r, m, np.zeros(2), gamma=np.array([0.9, 0.8]),
+                                               gamma_lambda=0.5, method=method)
+        with pytest.raises(ValueError, match="gamma_lambda: expected a scalar"):
+            scans.masked_gae_trace_and_returns(r, r, m, np.zeros(2), gamma=0.9,
+                                               gamma_lambda=np.array([0.5, 0.4]), method=method)
+        with pytest.raises(ValueError, match="gamma: expected a scalar"):
+            scans.masked_discounted_returns(r, m, np.zeros(2), gamma=np.array([0.9, 0.8]),
+                                            method=method)

@@ -3,8 +3,10 @@
 // Backs method="native" of jaxrl_agent.scans.masked_gae_trace_and_returns
 // (jaxrl_agent/native.py compiles this file once per machine and jaxlib
 // version, with the FFI headers of the installed jaxlib, and registers the two
-// handlers below). Same recurrence and arithmetic order as the "serial" method
-// (jaxrl_agent.scans._gae_step): with w_T = init, x_T = 0 and virtual m_T = 1,
+// handlers below). The recurrence of the "serial" method (jaxrl_agent.scans._gae_step),
+// equal to it within float32 rounding (XLA may fuse its multiply-adds into FMAs,
+// this file computes a * x + (r + d) without): with w_T = init, x_T = 0 and
+// virtual m_T = 1,
 //
 //   w_t = m_t ? v_t : w_{t+1}                        (value at the next masked position)
 //   x_t = a_t x_{t+1} + r_t + (m_t ? gamma w_{t+1} - v_t : 0),
@@ -65,7 +67,7 @@ template <typename F>
 struct Rows {
   const F* r;
   const F* v;
-  const bool* m;
+  const uint8_t* m;  // the PRED mask's bytes; any nonzero byte counts as true
   const F* init;
   const F* gamma;
   const F* gamma_lambda;
@@ -78,11 +80,11 @@ struct Rows {
   void RunRow(int64_t b, int64_t t_end, F& x, F& w, F& a) const {
     const int64_t off = b * t_len;
     const F *rb = r + off, *vb = v + off;
-    const bool* mb = m + off;
+    const uint8_t* mb = m + off;
     F *ab = adv + off, *qb = ret + off;
     const F g = gamma[b], gl = gamma_lambda[b];
     for (int64_t t = t_end - 1; t >= 0; --t) {
-      const bool mt = mb[t];
+      const bool mt = mb[t] != 0;
       const F vt = vb[t];
       x = a * x + (rb[t] + Select<F>(mt, g * w - vt, F(0)));
       w = Select<F>(mt, vt, w);
@@ -134,10 +136,10 @@ inline V4 Load4(const float* p) {
 
 inline void Store4(float* p, V4 x) { std::memcpy(p, &x, sizeof(x)); }
 
-inline V4 LoadMask4(const bool* p) {  // 4 PRED bytes (0/1) -> lanes of all ones / 0, as V4 bits
+inline V4 LoadMask4(const uint8_t* p) {  // 4 mask bytes -> lanes of all ones (nonzero) / 0, as V4 bits
   V4u8 bytes;
   std::memcpy(&bytes, p, sizeof(bytes));
-  return reinterpret_cast<V4>(-__builtin_convertvector(bytes, V4i));
+  return reinterpret_cast<V4>(__builtin_convertvector(bytes, V4i) != 0);
 }
 
 // Rows b0 .. b0 + 3 of `rows`.
@@ -145,7 +147,7 @@ inline void RunGroup4(const Rows<float>& rows, int64_t b0) {
   const int64_t T = rows.t_len, off = b0 * T;
   const float* r[4];
   const float* v[4];
-  const bool* m[4];
+  const uint8_t* m[4];
   float* ad[4];
   float* q[4];
   for (int j = 0; j < 4; ++j) {
@@ -229,7 +231,9 @@ ffi::Error GaeImpl(ffi::Buffer<D> rewards, ffi::Buffer<D> values,
       static_cast<int64_t>(gamma_lambda.element_count()) != num_rows) {
     return ffi::Error::InvalidArgument("gae_cpu: init, gamma, gamma_lambda must have one entry per row");
   }
-  const Rows<F> rows{rewards.typed_data(), values.typed_data(), mask.typed_data(),
+  // PRED elements are bytes; read them as uint8_t (a bool holding 2 would be undefined).
+  const auto* mask_bytes = reinterpret_cast<const uint8_t*>(mask.untyped_data());
+  const Rows<F> rows{rewards.typed_data(), values.typed_data(), mask_bytes,
                      init.typed_data(),    gamma.typed_data(),  gamma_lambda.typed_data(),
                      advantages->typed_data(), returns->typed_data(), t_len};
   const Units<F> units{rows, num_rows};
