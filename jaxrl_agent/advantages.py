@@ -32,8 +32,8 @@ back to "chunked" for gamma * lambda_ < scans.BLOCKED_MIN_DECAY) or, on CPU,
 fastest pure-JAX method on CPU (docs/benchmarks.md): "blocked" over tokens and
 turns (2-4x faster than "chunked" at T = 4096-32768; at S = 64-512 as fast as
 or faster than "serial"); it runs unchanged on GPU/TPU and under any sharding.
-On CPU, "native" is faster still (within ~1-2x of the memory-copy floor where
-"blocked" is at 2-7x) but needs a C++17 compiler at first use.
+On CPU, "native" is faster still (0.7-2.7x the memory-copy floor where
+"blocked" is at 1.4-6.1x) but needs a C++17 compiler at first use.
 
 Standard-deviation convention: all group and whitening statistics use the
 unbiased estimator (ddof=1, Bessel's correction), as `torch.std` does by default

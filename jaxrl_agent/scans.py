@@ -60,7 +60,9 @@ from jaxrl_agent.checks import check_choice, check_scalar, check_shape, static_v
 
 Array = jax.Array
 METHODS = ("serial", "associative", "chunked", "blocked", "native")
-DEFAULT_METHOD = "blocked"  # fastest on CPU at every gae size, see docs/benchmarks.md
+# The fastest pure-JAX method on CPU at every gae size (docs/benchmarks.md); "native" is faster on
+# CPU but needs a compiler and gathers rows under a sharded jit (jaxrl_agent.native).
+DEFAULT_METHOD = "blocked"
 SERIAL_UNROLL = 8  # serial scan unroll (CPU timing); see docs/benchmarks.md
 BLOCK = 64  # positions per block of "blocked" (CPU timing); see docs/benchmarks.md
 # "blocked" scales by base**k for |k| <= BLOCK / 2 + 1; at 0.15, base**33 ~ 6e-28 stays far from
@@ -643,8 +645,8 @@ def masked_discounted_returns(
     dtype = jnp.promote_types(jnp.result_type(rewards, init), jnp.float32)
     gamma = _coefficient(gamma, dtype)
     init = _vary_like(jnp.asarray(init, dtype), rewards, m)  # see `_vary_like`
-    if method == "native" and dims["T"] > 0:
-        r, init = (jnp.asarray(x, dtype) for x in (rewards, init))
+    if method == "native" and dims["T"] > 0:  # GAE with values 0 and lambda_ = 1
+        r = jnp.asarray(rewards, dtype)
         return native.gae_trace_and_returns(r, jnp.zeros_like(r), m, init, gamma, gamma)[0]
     if method != "blocked" or dims["T"] == 0:
         a = _pass_through_decays(m, gamma, dtype)

@@ -70,9 +70,11 @@ def _warmstart(config, params, model_cfg, tok, log, log_line=print):
                          max_turns=int(config.env.max_turns), pad_id=tok.pad_id, log=log)
 
 
-# Fields a resumed run may change: they do not affect what was trained or how.
+# Fields a resumed run may change: they do not affect what was trained or how (the advantage
+# solver gives the same advantages within rounding, e.g. "blocked" on a machine without a compiler).
 RESUMABLE_CHANGES = ("train.iterations", "train.checkpoint_every", "train.keep_checkpoints", "train.log_every",
-                     "eval.", "rollout.sglang_urls", "rollout.export_dir", "rollout.max_in_flight")
+                     "eval.", "rollout.sglang_urls", "rollout.export_dir", "rollout.max_in_flight",
+                     "learner.advantage_method")
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:
