@@ -139,3 +139,21 @@ def test_cli_typo_in_a_field_name_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert "--config.learner.lrr" in proc.stderr and 'Did you mean "lr" instead of "lrr"?' in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_native_advantage_method_without_a_compiler_fails_at_start_up(tmp_path, monkeypatch):
+    """The native kernel is built before the warm-start; a failure names the field and the fix."""
+    from jaxrl_agent import native
+
+    monkeypatch.setattr(native, "_STATE", {})
+    monkeypatch.setenv("JAXRL_AGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    cfg = tiny_config()
+    set_field(cfg, "learner.estimator", "gae")
+    set_field(cfg, "learner.advantage_method", "native")
+    t0 = time.time()
+    with pytest.raises(ConfigError, match="config.learner.advantage_method: 'native' cannot run here "
+                                          r"\(method='native' needs a C\+\+17 compiler.*use 'blocked'"):
+        run_training(cfg, str(tmp_path / "run"))
+    assert time.time() - t0 < 30  # before any model or warm-start work
+    assert not os.path.exists(tmp_path / "run")

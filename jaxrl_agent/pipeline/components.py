@@ -16,6 +16,7 @@ import gymnasium as gym
 import jax
 
 import jaxrl_agent.environments as envs
+from jaxrl_agent import native
 from jaxrl_agent.agent.actor import Actor, EpisodeSpec
 from jaxrl_agent.agent.chat import get_chat_template
 from jaxrl_agent.data.tokenizers import Tokenizer, load_tokenizer, train_debug_tokenizer
@@ -51,6 +52,27 @@ def learner_hparams(config, total_updates: int) -> hparams_lib.LearnerHParams:
         return hparams_lib.LearnerHParams(**values)
     except ValueError as e:
         raise ConfigError(f"config.learner.{e}") from e
+
+
+def check_advantage_method(hp: hparams_lib.LearnerHParams) -> None:
+    """Start-up check that the learner's advantage solver runs here.
+
+    For hp.advantage_method == "native" with an estimator that uses it (gae,
+    step_gae, reinforce_pp), builds the CPU kernel now (once, then cached), so
+    a missing compiler is reported before the warm-start instead of at the
+    first RL update.
+
+    Raises:
+      ConfigError: naming learner.advantage_method, the cause and the fix.
+    """
+    if hp.advantage_method != "native" or hp.estimator not in ("gae", "step_gae", "reinforce_pp"):
+        return
+    if jax.default_backend() != "cpu":
+        _fail("learner.advantage_method", f"'native' is a CPU kernel, but JAX runs on "
+              f"{jax.default_backend()!r}; use 'blocked'")
+    ok, why = native.available()
+    if not ok:
+        _fail("learner.advantage_method", f"'native' cannot run here ({why}); use 'blocked' (pure JAX)")
 
 
 def validate(config) -> None:

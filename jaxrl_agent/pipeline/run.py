@@ -143,6 +143,7 @@ def run_training(config, workdir: str) -> dict:
     C.validate(config)
     iterations = int(config.train.iterations)
     hp = C.learner_hparams(config, iterations * config.learner.ppo_epochs * config.learner.num_minibatches)
+    C.check_advantage_method(hp)
     maybe_initialize_distributed()
     mesh = C.build_mesh(config)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
