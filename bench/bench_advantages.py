@@ -126,9 +126,11 @@ def flush_caches():
         np.add(_FLUSH_BUFFER, 1.0, out=_FLUSH_BUFFER)
 
 
-def time_calls(fn, args, repeats):
-    """Seconds of `repeats` calls of fn(*args) (each waited for), after one warm-up call."""
-    jax.block_until_ready(fn(*args))  # compile + warm up
+def time_calls(fn, args, repeats, warm_up=True):
+    """Seconds of `repeats` calls of fn(*args), each waited for (jax outputs), after one warm-up
+    call unless warm_up=False (the Python loops have nothing to compile)."""
+    if warm_up:
+        jax.block_until_ready(fn(*args))  # compile + warm up
     times = []
     for _ in range(repeats):
         flush_caches()
@@ -136,17 +138,6 @@ def time_calls(fn, args, repeats):
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - t0)
     return times
-
-
-def time_loop(fn, args, repeats):
-    """Median seconds of `repeats` calls (no warm-up: the Python loops have nothing to compile)."""
-    times = []
-    for _ in range(repeats):
-        flush_caches()
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def make_inputs(rng, b, t):
@@ -174,8 +165,9 @@ def bench_case(kind, b, t, rng, rows):
     results = {name: float(np.median(times)) for name, times in samples.items()}
     loop_reps = 1 if n > ARGS.loop_max_elements else 3
     tr, tv, tm = (torch.from_numpy(x) for x in (r, v, m))
-    results["torch loop"] = time_loop(torch_loop_gae, (tr, tv, tm, GAMMA, LAMBDA), loop_reps)
-    results["numpy loop"] = time_loop(numpy_loop_gae, (r, v, m, GAMMA, LAMBDA), loop_reps)
+    for name, fn, args in [("torch loop", torch_loop_gae, (tr, tv, tm, GAMMA, LAMBDA)),
+                           ("numpy loop", numpy_loop_gae, (r, v, m, GAMMA, LAMBDA))]:
+        results[name] = float(np.median(time_calls(fn, args, loop_reps, warm_up=False)))
     # Check every timed implementation once against the float32 NumPy loop (advantages).
     ref = numpy_loop_gae(r, v, m, GAMMA, LAMBDA)[0]
     scale = max(float(np.max(np.abs(ref))), 1e-12)

@@ -67,9 +67,10 @@ def check_advantage_method(hp: hparams_lib.LearnerHParams) -> None:
     """
     if hp.advantage_method != "native" or hp.estimator not in ("gae", "step_gae", "reinforce_pp"):
         return
-    if jax.default_backend() != "cpu":
-        _fail("learner.advantage_method", f"'native' is a CPU kernel, but JAX runs on "
-              f"{jax.default_backend()!r}; use 'blocked'")
+    try:
+        native.check_platform()
+    except ValueError as e:
+        _fail("learner.advantage_method", str(e))
     ok, why = native.available()
     if not ok:
         _fail("learner.advantage_method", f"'native' cannot run here ({why}); use 'blocked' (pure JAX)")
